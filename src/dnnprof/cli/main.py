@@ -1,0 +1,72 @@
+"""The ``dnnprof`` command: one module per sub-command, each with a ``register(app)`` function."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from dnnprof import __version__
+from dnnprof.cli.errors import UserError
+
+#: Sub-command modules under dnnprof.cli, in the order ``dnnprof --help`` lists them. Each module must import
+#: cheaply (torch, pyarrow and friends are imported inside the command body).
+COMMANDS = [
+    "analyze",
+]
+
+app = typer.Typer(
+    name="dnnprof",
+    help="Why is my deep-learning job slow on an NVIDIA GPU, and what should I change?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"dnnprof {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """dnnprof: profile, analyse and explain deep-learning performance on NVIDIA GPUs."""
+
+
+for _name in COMMANDS:
+    importlib.import_module(f"dnnprof.cli.{_name}").register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point. User errors print one line on stderr and exit 2, no traceback."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except UserError as e:
+        print(f"dnnprof: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except typer.Exit as e:
+        return int(e.exit_code or 0)
+    except typer.Abort:
+        print("dnnprof: aborted", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("dnnprof: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - click usage errors arrive here; print them the click way
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            return e.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""The canonical profile: typed columnar tables, device info and run metadata; save/load; invariants."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dnnprof.model.device import DeviceInfo
+from dnnprof.model.schema import TABLES, empty_table
+
+#: Written into every saved profile; bump on an incompatible schema change.
+PROFILE_FORMAT = "dnnprof.profile/1"
+_META_FILE = "profile.json"
+
+
+class ProfileError(ValueError):
+    """A profile is malformed or cannot be read."""
+
+
+Table = dict[str, np.ndarray]
+
+
+@dataclass
+class Profile:
+    """A whole capture: one or several ranks, their GPUs, and every table in ``schema.TABLES``.
+
+    ``strings`` holds every name once; ``*_id`` columns index it. Use :meth:`name` / :meth:`names` to decode.
+    """
+
+    tables: dict[str, Table] = field(default_factory=dict)
+    strings: list[str] = field(default_factory=list)
+    devices: list[DeviceInfo] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in TABLES:
+            self.tables.setdefault(name, empty_table(name))
+        self._string_index: dict[str, int] | None = None
+
+    # --- strings -------------------------------------------------------------------------------------------
+    def intern(self, s: str) -> int:
+        """Id of ``s`` in ``strings``, adding it when new."""
+        if self._string_index is None:
+            self._string_index = {v: i for i, v in enumerate(self.strings)}
+        i = self._string_index.get(s)
+        if i is None:
+            i = len(self.strings)
+            self.strings.append(s)
+            self._string_index[s] = i
+        return i
+
+    def name(self, string_id: int) -> str:
+        return self.strings[string_id] if string_id >= 0 else ""
+
+    def names(self, ids: np.ndarray) -> np.ndarray:
+        """Decode an id column into an object array of str ("" for -1)."""
+        lut = np.asarray([*self.strings, ""], dtype=object)
+        ids = np.asarray(ids)
+        return lut[np.where(ids < 0, len(self.strings), ids)]
+
+    def string_id(self, s: str) -> int:
+        """Id of ``s`` or -1 when the profile never mentions it."""
+        if self._string_index is None:
+            self._string_index = {v: i for i, v in enumerate(self.strings)}
+        return self._string_index.get(s, -1)
+
+    # --- tables --------------------------------------------------------------------------------------------
+    def __getitem__(self, table: str) -> Table:
+        return self.tables[table]
+
+    def rows(self, table: str) -> int:
+        t = self.tables[table]
+        first = next(iter(t.values()))
+        return int(first.shape[0])
+
+    @property
+    def ranks(self) -> list[int]:
+        seen: set[int] = set()
+        for t in self.tables.values():
+            if "rank" in t and t["rank"].size:
+                seen.update(np.unique(t["rank"]).tolist())
+        return sorted(seen) or [0]
+
+    def device(self, device_id: int = 0, rank: int = 0) -> DeviceInfo | None:
+        for d in self.devices:
+            if d.id == device_id and d.rank == rank:
+                return d
+        return None
+
+    @property
+    def has_gpu_activity(self) -> bool:
+        return any(self.rows(t) > 0 for t in ("kernels", "memcpy", "memset"))
+
+    # --- invariants ----------------------------------------------------------------------------------------
+    def self_check(self) -> list[str]:
+        """Every broken invariant as a sentence; an empty list means the profile is consistent."""
+        problems: list[str] = []
+        n_strings = len(self.strings)
+        sizes = {name: self.rows(name) for name in self.tables}
+        for name, cols in TABLES.items():
+            t = self.tables[name]
+            expected = {c.name for c in cols}
+            if set(t) != expected:
+                problems.append(f"{name}: columns {sorted(set(t) ^ expected)} differ from the schema")
+                continue
+            lengths = {c: int(v.shape[0]) for c, v in t.items()}
+            if len(set(lengths.values())) > 1:
+                problems.append(f"{name}: columns have different lengths {lengths}")
+                continue
+            for c in cols:
+                arr = t[c.name]
+                if arr.dtype != np.dtype(c.dtype):
+                    problems.append(f"{name}.{c.name}: dtype {arr.dtype}, schema says {c.dtype}")
+                if c.name.endswith("_id") and c.name not in {"external_id", "fwd_thread_id"} and arr.size:
+                    if arr.max() >= n_strings or arr.min() < -1:
+                        problems.append(f"{name}.{c.name}: string ids outside [-1, {n_strings})")
+                if c.name == "dur_ns" and arr.size and arr.min() < 0:
+                    problems.append(f"{name}: {int((arr < 0).sum())} rows with negative duration")
+            for link, target in (("launch_row", "runtime"), ("op_row", "ops"), ("parent_row", "ops"),
+                                 ("fwd_row", "ops"), ("kernel_row", "kernels")):
+                if link in t and t[link].size:
+                    v = t[link]
+                    if v.max() >= sizes[target] or v.min() < -1:
+                        problems.append(f"{name}.{link}: row indexes outside {target}")
+            if "start_ns" in t and t["start_ns"].size > 1 and name in ("kernels", "memcpy", "memset", "ops", "runtime"):
+                if np.any(np.diff(t["start_ns"]) < 0):
+                    problems.append(f"{name}: rows are not ordered by start_ns")
+        steps = self.tables["steps"]
+        if steps["number"].size:
+            for name in ("kernels", "memcpy", "memset", "ops", "runtime"):
+                unknown = np.setdiff1d(np.unique(self.tables[name]["step"]), np.append(steps["number"], -1))
+                if unknown.size:
+                    problems.append(f"{name}: step numbers {unknown[:5].tolist()} are not in `steps`")
+        return problems
+
+    # --- persistence ---------------------------------------------------------------------------------------
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write the profile as a directory of Parquet files, atomically (a crash leaves no half profile)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        target = Path(directory)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            for name, t in self.tables.items():
+                pq.write_table(pa.table({c: pa.array(v) for c, v in t.items()}), tmp / f"{name}.parquet",
+                               compression="zstd")
+            pq.write_table(pa.table({"id": pa.array(np.arange(len(self.strings), dtype=np.int32)),
+                                     "value": pa.array(self.strings, type=pa.string())}),
+                           tmp / "strings.parquet", compression="zstd")
+            doc = {"format": PROFILE_FORMAT, "meta": self.meta, "devices": [d.to_dict() for d in self.devices]}
+            (tmp / _META_FILE).write_text(json.dumps(doc, indent=1, default=str))
+            if target.exists():
+                old = target.with_name(f".{target.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                target.rename(old)
+                tmp.rename(target)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return target
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> Profile:
+        """Read a directory written by :meth:`save`."""
+        import pyarrow.parquet as pq
+
+        d = Path(directory)
+        meta_path = d / _META_FILE
+        if not meta_path.is_file():
+            raise ProfileError(f"{d}: not a dnnprof profile (no {_META_FILE})")
+        try:
+            doc = json.loads(meta_path.read_text())
+        except json.JSONDecodeError as e:
+            raise ProfileError(f"{meta_path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+        if doc.get("format") != PROFILE_FORMAT:
+            raise ProfileError(f"{d}: profile format {doc.get('format')!r}, this dnnprof reads {PROFILE_FORMAT}")
+        tables: dict[str, Table] = {}
+        for name, cols in TABLES.items():
+            path = d / f"{name}.parquet"
+            if not path.is_file():
+                tables[name] = empty_table(name)
+                continue
+            pt = pq.read_table(path)
+            t = empty_table(name, pt.num_rows)
+            for c in cols:
+                if c.name in pt.column_names:
+                    t[c.name] = pt.column(c.name).to_numpy(zero_copy_only=False).astype(c.dtype, copy=False)
+            tables[name] = t
+        strings = pq.read_table(d / "strings.parquet").column("value").to_pylist()
+        devices = [DeviceInfo.from_dict(x) for x in doc.get("devices", [])]
+        return cls(tables=tables, strings=strings, devices=devices, meta=doc.get("meta", {}))
+
+    def query(self, sql: str, directory: str | os.PathLike[str] | None = None) -> Any:
+        """Run SQL over the tables with DuckDB (embedded, no server); returns a DuckDB relation.
+
+        Each table is a view of the same name with its ``*_id`` columns also decoded as ``*`` text columns
+        (``name_id`` → ``name``), so ``SELECT name, sum(dur_ns) FROM kernels GROUP BY 1`` works.
+        """
+        import duckdb
+        import pyarrow as pa
+
+        con = duckdb.connect()
+        con.register("strings", pa.table({"id": np.arange(len(self.strings), dtype=np.int32),
+                                          "value": pa.array(self.strings, type=pa.string())}))
+        for name, t in self.tables.items():
+            con.register(f"_{name}", pa.table(dict(t)))
+            joins, cols = [], ["t.*"]
+            for i, c in enumerate(c for c in t if c.endswith("_id") and c not in {"external_id", "fwd_thread_id"}):
+                joins.append(f"LEFT JOIN strings s{i} ON s{i}.id = t.{c}")
+                cols.append(f"s{i}.value AS {c[:-3]}")
+            con.execute(f"CREATE VIEW {name} AS SELECT {', '.join(cols)} FROM _{name} t {' '.join(joins)}")
+        return con.sql(sql)
+
+
+def concat_tables(parts: Iterable[Table]) -> Table:
+    """Row-wise concatenation of tables with the same columns."""
+    parts = list(parts)
+    return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}

@@ -1,0 +1,194 @@
+"""The canonical profile schema: every table, column, dtype and unit, in one place.
+
+A profile is a set of columnar tables plus device and run metadata. All tables share these rules:
+
+* Times are integer nanoseconds on the trace's clock (``start_ns``, ``dur_ns``); ``Profile.meta["base_time_ns"]``
+  is added to get Unix-epoch nanoseconds (Kineto's ``baseTimeNanoseconds``; 0 when the trace was absolute).
+* Every row carries ``rank`` (the process in a multi-GPU run; 0 for a single process).
+* Names are dictionary-encoded: ``*_id`` columns are int32 indexes into ``Profile.strings``; -1 means none.
+* Cross-table links are resolved once at ingest into row indexes (``*_row``, int32, -1 when absent), e.g. a kernel's
+  ``launch_row`` is its CUDA runtime call in ``runtime`` and ``op_row`` the innermost CPU op that launched it.
+* ``step`` is the iteration the row belongs to (the ``number`` in ``steps``), -1 when outside every step.
+* Enumerations are small ints whose labels are listed here (``MEMCPY_KINDS`` …).
+
+This module is the only place that defines columns; ``docs/profile-schema.md`` is generated from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Enumerations -------------------------------------------------------------------------------------------------
+
+#: ``memcpy.kind`` labels, as CUPTI names them.
+MEMCPY_KINDS = ("unknown", "HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
+#: ``memcpy.src_mem`` / ``memcpy.dst_mem`` / ``memset.dst_mem`` labels.
+MEMORY_KINDS = ("unknown", "device", "pageable", "pinned", "managed", "array")
+#: ``ops.category`` labels.
+OP_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
+#: ``runtime.api_kind`` labels: what a CUDA runtime/driver call does.
+API_KINDS = ("other", "launch", "memcpy", "memset", "sync", "event", "graph_launch")
+#: ``steps.source`` labels: how the iteration boundary was found.
+STEP_SOURCES = ("profiler_step", "marker", "optimizer", "pattern", "whole_trace")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: name (with unit), numpy dtype, and what it means."""
+
+    name: str
+    dtype: str
+    doc: str
+
+
+def _cols(*specs: tuple[str, str, str]) -> tuple[Column, ...]:
+    return tuple(Column(n, d, doc) for n, d, doc in specs)
+
+
+_WHERE = (
+    ("rank", "int16", "process rank in a multi-GPU run (0 for one process)"),
+)
+_GPU_WHERE = (
+    *_WHERE,
+    ("device", "int16", "CUDA device index"),
+    ("stream", "int32", "CUDA stream id"),
+    ("start_ns", "int64", "start on the trace clock, ns"),
+    ("dur_ns", "int64", "duration, ns"),
+    ("name_id", "int32", "name (index into strings)"),
+    ("correlation", "int64", "CUPTI correlation id linking the GPU activity to its runtime call"),
+    ("launch_row", "int32", "row of the launching call in `runtime`, -1 if not in the trace"),
+    ("op_row", "int32", "row of the innermost CPU op enclosing the launch in `ops`, -1 if none"),
+    ("step", "int32", "iteration number, -1 outside every step"),
+)
+
+TABLES: dict[str, tuple[Column, ...]] = {
+    "kernels": _cols(
+        *_GPU_WHERE,
+        ("grid_x", "int32", "grid size x (blocks)"),
+        ("grid_y", "int32", "grid size y"),
+        ("grid_z", "int32", "grid size z"),
+        ("block_x", "int32", "block size x (threads)"),
+        ("block_y", "int32", "block size y"),
+        ("block_z", "int32", "block size z"),
+        ("registers_per_thread", "int16", "registers per thread (-1 unknown); ncu launch__registers_per_thread"),
+        ("shared_memory_bytes", "int32", "static + dynamic shared memory per block, bytes (-1 unknown)"),
+        ("blocks_per_sm", "float32", "grid blocks / SM count as Kineto reports it (NaN unknown)"),
+        ("warps_per_sm", "float32", "blocks_per_sm x warps per block (NaN unknown)"),
+        ("est_occupancy_pct", "float32", "Kineto 'est. achieved occupancy %' (NaN unknown)"),
+        ("graph_id", "int64", "CUDA graph id when launched from a graph, -1 otherwise"),
+    ),
+    "memcpy": _cols(
+        *_GPU_WHERE,
+        ("kind", "int8", "direction, index into MEMCPY_KINDS"),
+        ("src_mem", "int8", "source memory kind, index into MEMORY_KINDS"),
+        ("dst_mem", "int8", "destination memory kind, index into MEMORY_KINDS"),
+        ("bytes", "int64", "bytes copied"),
+    ),
+    "memset": _cols(
+        *_GPU_WHERE,
+        ("dst_mem", "int8", "memory kind, index into MEMORY_KINDS"),
+        ("bytes", "int64", "bytes set"),
+    ),
+    "runtime": _cols(
+        *_WHERE,
+        ("tid", "int64", "host thread id"),
+        ("start_ns", "int64", "start, ns"),
+        ("dur_ns", "int64", "duration, ns"),
+        ("name_id", "int32", "API name (cudaLaunchKernel, cuLaunchKernelEx, cudaStreamSynchronize, …)"),
+        ("correlation", "int64", "CUPTI correlation id"),
+        ("cbid", "int32", "CUPTI callback id (-1 unknown)"),
+        ("api_kind", "int8", "what the call does, index into API_KINDS"),
+        ("driver", "bool", "True for a driver API call (cu*), False for the runtime API (cuda*)"),
+        ("op_row", "int32", "innermost CPU op enclosing the call, -1 if none"),
+        ("step", "int32", "iteration number, -1 outside"),
+    ),
+    "ops": _cols(
+        *_WHERE,
+        ("tid", "int64", "host thread id"),
+        ("start_ns", "int64", "start, ns"),
+        ("dur_ns", "int64", "duration, ns"),
+        ("name_id", "int32", "op or range name"),
+        ("category", "int8", "index into OP_CATEGORIES"),
+        ("parent_row", "int32", "enclosing op on the same thread, -1 at top level"),
+        ("depth", "int16", "nesting depth on the thread, 0 at top level"),
+        ("external_id", "int64", "Kineto External id (-1 unknown)"),
+        ("sequence_nr", "int64", "autograd sequence number (-1 unknown)"),
+        ("fwd_thread_id", "int64", "for backward ops, the forward thread id (-1 unknown)"),
+        ("fwd_row", "int32", "for a backward op, the forward op linked by a `fwdbwd` flow, -1 otherwise"),
+        ("module_id", "int32", "nn.Module hierarchy of the op when the trace carries it (-1 none)"),
+        ("stack_id", "int32", "Python call stack, innermost frame first, ';'-joined (-1 none)"),
+        ("input_dims_id", "int32", "input shapes as recorded with record_shapes (-1 none)"),
+        ("step", "int32", "iteration number, -1 outside"),
+    ),
+    "gpu_annotations": _cols(
+        *_WHERE,
+        ("device", "int16", "CUDA device index"),
+        ("stream", "int32", "stream id"),
+        ("start_ns", "int64", "start, ns"),
+        ("dur_ns", "int64", "duration, ns"),
+        ("name_id", "int32", "range name projected onto the GPU (gpu_user_annotation)"),
+    ),
+    "syncs": _cols(
+        *_GPU_WHERE[:6],
+        ("correlation", "int64", "correlation id of the synchronising call"),
+    ),
+    "steps": _cols(
+        *_WHERE,
+        ("number", "int32", "iteration number"),
+        ("name_id", "int32", "marker name (ProfilerStep#N, …), -1 when inferred"),
+        ("source", "int8", "how the step was found, index into STEP_SOURCES"),
+        ("start_ns", "int64", "host-side start, ns"),
+        ("dur_ns", "int64", "host-side duration, ns"),
+        ("gpu_start_ns", "int64", "first GPU activity launched in the step (-1 if none)"),
+        ("gpu_end_ns", "int64", "end of the GPU-side window: next step's first GPU activity or own last end"),
+    ),
+    "counters": _cols(
+        *_WHERE,
+        ("kernel_row", "int32", "row in `kernels` (-1 when the counter row could not be matched)"),
+        ("metric_id", "int32", "metric name, as Nsight Compute spells it"),
+        ("value", "float64", "value in the metric's unit"),
+        ("unit_id", "int32", "unit string (ns, byte, %, …)"),
+    ),
+    "samples": _cols(
+        *_WHERE,
+        ("device", "int16", "device index"),
+        ("ts_ns", "int64", "sample time on the trace clock, ns"),
+        ("metric_id", "int32", "metric name (gpu_util_pct, sm_active_pct, power_w, …)"),
+        ("value", "float64", "value, in the unit the metric name carries"),
+    ),
+}
+
+
+def empty_table(name: str, n: int = 0) -> dict[str, np.ndarray]:
+    """Columns of table ``name`` with ``n`` rows of fill values (-1, NaN or False)."""
+    out: dict[str, np.ndarray] = {}
+    for col in TABLES[name]:
+        dt = np.dtype(col.dtype)
+        if dt.kind == "f":
+            out[col.name] = np.full(n, np.nan, dtype=dt)
+        elif dt.kind == "b":
+            out[col.name] = np.zeros(n, dtype=dt)
+        else:
+            out[col.name] = np.full(n, -1, dtype=dt)
+    return out
+
+
+def schema_markdown() -> str:
+    """The schema as Markdown, for docs/profile-schema.md."""
+    lines = ["# dnnprof canonical profile schema", "", (__doc__ or "").strip(), ""]
+    enums = {
+        "MEMCPY_KINDS": MEMCPY_KINDS,
+        "MEMORY_KINDS": MEMORY_KINDS,
+        "OP_CATEGORIES": OP_CATEGORIES,
+        "API_KINDS": API_KINDS,
+        "STEP_SOURCES": STEP_SOURCES,
+    }
+    lines += ["## Enumerations", ""]
+    for k, v in enums.items():
+        lines.append(f"- `{k}`: " + ", ".join(f"{i}=`{s}`" for i, s in enumerate(v)))
+    for table, cols in TABLES.items():
+        lines += ["", f"## `{table}`", "", "| column | dtype | meaning |", "|---|---|---|"]
+        lines += [f"| `{c.name}` | {c.dtype} | {c.doc} |" for c in cols]
+    return "\n".join(lines) + "\n"
