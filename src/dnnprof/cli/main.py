@@ -14,6 +14,7 @@ from dnnprof.cli.errors import UserError
 #: cheaply (torch, pyarrow and friends are imported inside the command body).
 COMMANDS = [
     "analyze",
+    "occupancy",
 ]
 
 app = typer.Typer(
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dnnprof: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # noqa: BLE001 - click usage errors arrive here; print them the click way
+    except Exception as e:
         import click
 
         if isinstance(e, click.ClickException):

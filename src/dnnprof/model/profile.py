@@ -119,9 +119,9 @@ class Profile:
                 arr = t[c.name]
                 if arr.dtype != np.dtype(c.dtype):
                     problems.append(f"{name}.{c.name}: dtype {arr.dtype}, schema says {c.dtype}")
-                if c.name.endswith("_id") and c.name not in {"external_id", "fwd_thread_id"} and arr.size:
-                    if arr.max() >= n_strings or arr.min() < -1:
-                        problems.append(f"{name}.{c.name}: string ids outside [-1, {n_strings})")
+                is_string_id = c.name.endswith("_id") and c.name not in {"external_id", "fwd_thread_id"}
+                if is_string_id and arr.size and (arr.max() >= n_strings or arr.min() < -1):
+                    problems.append(f"{name}.{c.name}: string ids outside [-1, {n_strings})")
                 if c.name == "dur_ns" and arr.size and arr.min() < 0:
                     problems.append(f"{name}: {int((arr < 0).sum())} rows with negative duration")
             for link, target in (("launch_row", "runtime"), ("op_row", "ops"), ("parent_row", "ops"),
@@ -130,9 +130,9 @@ class Profile:
                     v = t[link]
                     if v.max() >= sizes[target] or v.min() < -1:
                         problems.append(f"{name}.{link}: row indexes outside {target}")
-            if "start_ns" in t and t["start_ns"].size > 1 and name in ("kernels", "memcpy", "memset", "ops", "runtime"):
-                if np.any(np.diff(t["start_ns"]) < 0):
-                    problems.append(f"{name}: rows are not ordered by start_ns")
+            ordered = name in ("kernels", "memcpy", "memset", "ops", "runtime")
+            if ordered and t["start_ns"].size > 1 and np.any(np.diff(t["start_ns"]) < 0):
+                problems.append(f"{name}: rows are not ordered by start_ns")
         steps = self.tables["steps"]
         if steps["number"].size:
             for name in ("kernels", "memcpy", "memset", "ops", "runtime"):

@@ -1,0 +1,161 @@
+"""Who launched each GPU activity: op → nn.Module layer (→ source line), and the phase it belongs to.
+
+Layers come from, in order of preference:
+1. dnnprof's own module ranges (``dnnprof.module:<fqn>|<Class>`` record_function ranges, from ``dnnprof run``);
+2. torch.profiler ``with_modules`` Python events (``nn.Module: Linear_0``) or a ``Module Hierarchy`` op argument;
+3. otherwise the op level: the outermost op under the step marker (``aten::linear``, ``Optimizer.step#AdamW.step``).
+Backward kernels run on the autograd thread, outside any module range: they follow the ``fwdbwd`` flow from their
+autograd node back to the forward op and take that op's layer, so ``AddmmBackward0``'s GEMMs land on the
+``Linear`` that ran the forward ``addmm``.
+
+Phases: ``optimizer`` (under ``Optimizer.step#``/``Optimizer.zero_grad#``), ``backward`` (under an autograd
+engine evaluate_function, an op named ``…Backward…``, or linked by ``fwdbwd``), ``forward`` (other ops in a step),
+``other`` (no launching op, data loading, input transfers at the top of the step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dnnprof.model.profile import Profile
+from dnnprof.model.schema import OP_CATEGORIES
+
+PHASES = ("forward", "backward", "optimizer", "other")
+MODULE_RANGE_PREFIX = "dnnprof.module:"
+_TORCH_MODULE_PREFIX = "nn.Module: "
+_STEP_PREFIXES = ("ProfilerStep#",)
+_OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", "dnnprof.optimizer")
+_BACKWARD_MARKERS = ("autograd::engine::evaluate_function", "Backward0", "Backward1", "backward")
+_DATALOADER_PREFIXES = ("enumerate(DataLoader)#", "DataLoader", "dnnprof.dataloader")
+_INPUT_COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory", "aten::_pin_memory"})
+
+
+@dataclass
+class Attribution:
+    """Per-row attribution of one GPU table (same length as the table)."""
+
+    layer: np.ndarray  # object array of str ("" when unattributed)
+    phase: np.ndarray  # int8 index into PHASES
+    op_name: np.ndarray  # object array: the launching op ("" when none)
+    level: str  # "module", "op" or "none": the best level reached for most GPU time
+
+
+def inherit(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """For every op, the value of its nearest ancestor-or-self whose ``own`` value is >= 0 (-1 when none).
+
+    Pointer jumping: O(n log depth) with numpy, no Python loop over rows.
+    """
+    lab = own.astype(np.int64).copy()
+    p = parent.astype(np.int64).copy()
+    while True:
+        need = np.flatnonzero((lab < 0) & (p >= 0))
+        if need.size == 0:
+            return lab
+        lab[need] = lab[p[need]]
+        p[need] = p[p[need]]
+
+
+def _flag(profile: Profile, names: np.ndarray, pred: object) -> np.ndarray:
+    uniq = {n: pred(n) for n in set(names.tolist())}  # type: ignore[operator]
+    return np.fromiter((uniq[n] for n in names), dtype=bool, count=names.size)
+
+
+def _op_features(profile: Profile) -> dict[str, np.ndarray]:
+    ops = profile.tables["ops"]
+    n = ops["start_ns"].size
+    names = profile.names(ops["name_id"]).astype(object)
+    parent = ops["parent_row"]
+    cat = ops["category"]
+    rows = np.arange(n, dtype=np.int64)
+
+    # Own module label (a string id), -1 when the op is not a module range.
+    own_module = np.full(n, -1, dtype=np.int64)
+    is_annot = cat == OP_CATEGORIES.index("user_annotation")
+    is_py = cat == OP_CATEGORIES.index("python_function")
+    dn = is_annot & _flag(profile, names, lambda s: s.startswith(MODULE_RANGE_PREFIX))
+    tm = is_py & _flag(profile, names, lambda s: s.startswith(_TORCH_MODULE_PREFIX))
+    for sel, fmt in ((dn, _dnnprof_layer), (tm, lambda s: s[len(_TORCH_MODULE_PREFIX):])):
+        idx = np.flatnonzero(sel)
+        if idx.size:
+            labels = {s: profile.intern(fmt(s)) for s in set(names[idx].tolist())}
+            own_module[idx] = [labels[s] for s in names[idx]]
+    hier = np.flatnonzero((ops["module_id"] >= 0) & (own_module < 0))
+    if hier.size:
+        own_module[hier] = ops["module_id"][hier]
+
+    step_marker = is_annot & _flag(profile, names, lambda s: s.startswith(_STEP_PREFIXES))
+    transparent = step_marker | dn | tm
+    # Outermost op below the step marker (the op-level "layer").
+    anchor = np.where((parent < 0) | transparent[np.clip(parent, 0, None)], rows, -1)
+    anchor[transparent] = -1
+    top_op = inherit(anchor, np.where(transparent[np.clip(parent, 0, None)], -1, parent))
+    top_op = np.where(transparent, -1, top_op)
+
+    def inherited_flag(own: np.ndarray) -> np.ndarray:
+        return inherit(np.where(own, 1, -1), parent) > 0
+
+    optimizer = inherited_flag(_flag(profile, names, lambda s: s.startswith(_OPTIMIZER_PREFIXES)))
+    backward_own = _flag(profile, names, lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0)
+    backward = inherited_flag(backward_own)
+    dataloader = inherited_flag(_flag(profile, names, lambda s: s.startswith(_DATALOADER_PREFIXES)))
+    fwd_link = inherit(np.where(ops["fwd_row"] >= 0, ops["fwd_row"], -1), parent)
+    module = inherit(own_module, parent)
+    # Backward ops take the module (and op-level layer) of the forward op their autograd node came from.
+    linked = (module < 0) & (fwd_link >= 0)
+    module[linked] = module[fwd_link[linked]]
+    top_linked = fwd_link >= 0
+    top_op[top_linked] = top_op[fwd_link[top_linked]]
+    input_copy = _flag(profile, names, lambda s: s in _INPUT_COPY_OPS)
+    top_input_copy = np.zeros(n, dtype=bool)
+    ok = top_op >= 0
+    top_input_copy[ok] = input_copy[top_op[ok]]
+    return {"names": names, "module": module, "top_op": top_op, "optimizer": optimizer, "backward": backward,
+            "dataloader": dataloader, "input_copy": top_input_copy}
+
+
+def _dnnprof_layer(s: str) -> str:
+    body = s[len(MODULE_RANGE_PREFIX):]
+    fqn, _, cls = body.rpartition("|")
+    if not fqn:
+        return cls
+    return f"{fqn} ({cls})" if cls else fqn
+
+
+def attribute(profile: Profile, table: str = "kernels") -> Attribution:
+    """Layer, phase and launching op of every row of a GPU table (kernels, memcpy or memset)."""
+    t = profile.tables[table]
+    n = t["start_ns"].size
+    op_row = t["op_row"]
+    if n == 0:
+        empty = np.empty(0, dtype=object)
+        return Attribution(empty, np.empty(0, dtype=np.int8), empty, "none")
+    f = _op_features(profile)
+    has_op = op_row >= 0
+    r = np.clip(op_row, 0, None)
+    if f["names"].size == 0:
+        has_op[:] = False
+        r[:] = 0
+        f = {k: np.zeros(1, dtype=v.dtype) if v.dtype != object else np.array([""], dtype=object)
+             for k, v in f.items()}
+        f["module"][:] = -1
+        f["top_op"][:] = -1
+    module = np.where(has_op, f["module"][r], -1)
+    top = np.where(has_op, f["top_op"][r], -1)
+    strings = np.asarray([*profile.strings, ""], dtype=object)
+    layer = np.where(module >= 0, strings[np.where(module >= 0, module, -1)], "")
+    op_level = (module < 0) & (top >= 0)
+    layer[op_level] = f["names"][top[op_level]]
+    phase = np.full(n, PHASES.index("forward"), dtype=np.int8)
+    phase[has_op & f["backward"][r]] = PHASES.index("backward")
+    phase[has_op & f["optimizer"][r]] = PHASES.index("optimizer")
+    other = ~has_op | (has_op & f["dataloader"][r]) | (has_op & (module < 0) & f["input_copy"][r])
+    phase[other] = PHASES.index("other")
+    op_name = np.where(has_op, f["names"][r], "")
+    dur = t["dur_ns"].astype(np.float64)
+    total = dur.sum() or 1.0
+    by_module = dur[module >= 0].sum() / total
+    by_op = dur[has_op].sum() / total
+    level = "module" if by_module >= 0.5 else ("op" if by_op >= 0.5 else "none")
+    return Attribution(layer=layer.astype(object), phase=phase, op_name=op_name.astype(object), level=level)

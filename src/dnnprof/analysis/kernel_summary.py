@@ -1,0 +1,108 @@
+"""nvprof-style kernel summary: per distinct kernel (full name) and per family, over the whole trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dnnprof.analysis.attribution import PHASES, Attribution
+from dnnprof.analysis.kernel_names import family, precision, short_name, uses_tensor_cores
+from dnnprof.model.profile import Profile
+
+
+@dataclass
+class KernelRow:
+    """One distinct kernel (by full name); times in ns."""
+
+    name: str
+    short_name: str
+    family: str
+    tensor_core: bool
+    precision: str
+    calls: int
+    total_ns: int
+    pct: float
+    mean_ns: float
+    min_ns: int
+    max_ns: int
+    layer: str  # the layer with the most time in this kernel
+    phase: str  # the phase with the most time in this kernel
+    grid: list[int]  # launch configuration with the most time
+    block: list[int]
+    registers_per_thread: int
+    shared_memory_bytes: int
+    est_achieved_occupancy_pct: float  # Kineto's estimate, time-weighted over calls (NaN when absent)
+    rows: np.ndarray  # rows of the kernels table
+
+
+def _dominant(keys: np.ndarray, weights: np.ndarray) -> object:
+    uniq, inv = np.unique(keys, return_inverse=True)
+    return uniq[int(np.argmax(np.bincount(inv, weights=weights)))]
+
+
+def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None = None) -> list[KernelRow]:
+    """Every distinct kernel, sorted by total time (descending)."""
+    k = profile.tables["kernels"]
+    sel = np.arange(k["start_ns"].size) if rank is None else np.flatnonzero(k["rank"] == rank)
+    if sel.size == 0:
+        return []
+    ids = k["name_id"][sel]
+    dur = k["dur_ns"][sel]
+    order = np.lexsort((dur, ids))
+    ids_s, dur_s, rows_s = ids[order], dur[order], sel[order]
+    bounds = np.flatnonzero(np.diff(ids_s)) + 1
+    starts = np.concatenate([[0], bounds])
+    ends = np.concatenate([bounds, [ids_s.size]])
+    totals = np.add.reduceat(dur_s, starts)
+    grand = float(dur.sum()) or 1.0
+    config = np.stack([k[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                                       "registers_per_thread", "shared_memory_bytes")], axis=1)
+    occ = k["est_occupancy_pct"].astype(np.float64)
+    out: list[KernelRow] = []
+    for a, b, total in zip(starts.tolist(), ends.tolist(), totals.tolist(), strict=True):
+        rows = rows_s[a:b]
+        d = dur_s[a:b].astype(np.float64)
+        name = profile.strings[int(ids_s[a])]
+        cfg_keys = np.array([hash(tuple(r)) for r in config[rows].tolist()])
+        best = rows[int(np.argmax(np.bincount(np.unique(cfg_keys, return_inverse=True)[1], weights=d)))]
+        o = occ[rows]
+        ok = ~np.isnan(o)
+        out.append(KernelRow(
+            name=name, short_name=short_name(name), family=family(name), tensor_core=uses_tensor_cores(name),
+            precision=precision(name), calls=int(b - a), total_ns=int(total), pct=100.0 * total / grand,
+            mean_ns=float(total) / (b - a), min_ns=int(dur_s[a]), max_ns=int(dur_s[b - 1]),
+            layer=str(_dominant(attribution.layer[rows], d)) if attribution.layer.size else "",
+            phase=PHASES[int(_dominant(attribution.phase[rows], d))] if attribution.phase.size else "other",
+            grid=[int(x) for x in config[best, 0:3]], block=[int(x) for x in config[best, 3:6]],
+            registers_per_thread=int(config[best, 6]), shared_memory_bytes=int(config[best, 7]),
+            est_achieved_occupancy_pct=float(np.average(o[ok], weights=d[ok])) if ok.any() and d[ok].sum() > 0
+            else (float(o[ok].mean()) if ok.any() else float("nan")),
+            rows=rows,
+        ))
+    out.sort(key=lambda r: -r.total_ns)
+    return out
+
+
+@dataclass
+class GroupRow:
+    """A group of kernels (a family, a layer, a phase); times in ns."""
+
+    name: str
+    calls: int
+    total_ns: int
+    pct: float
+
+
+def group_by(keys: np.ndarray, dur_ns: np.ndarray) -> list[GroupRow]:
+    """Total time and calls per key, sorted by time."""
+    if keys.size == 0:
+        return []
+    uniq, inv = np.unique(keys, return_inverse=True)
+    totals = np.bincount(inv, weights=dur_ns.astype(np.float64))
+    calls = np.bincount(inv)
+    grand = float(totals.sum()) or 1.0
+    rows = [GroupRow(str(u), int(c), int(t), 100.0 * t / grand)
+            for u, c, t in zip(uniq.tolist(), calls.tolist(), totals.tolist(), strict=True)]
+    rows.sort(key=lambda r: -r.total_ns)
+    return rows

@@ -1,0 +1,111 @@
+"""Iterations: take the trace's markers, else find them from optimizer steps or the repeating launch pattern.
+
+Sources, in order:
+1. ``ProfilerStep#N`` ranges (``prof.step()``), already assigned at ingest;
+2. ``Optimizer.step#…`` ranges that PyTorch records on every optimizer step: a step ends where one ends;
+3. the kernel launch sequence repeats with a fixed period (inference loops without markers): the period is found
+   from a kernel name that occurs once per period, and the phase is put where the GPU idles longest;
+4. nothing: the whole trace is one window and the report says how to mark steps.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from dnnprof.model.profile import Profile
+from dnnprof.model.schema import OP_CATEGORIES, STEP_SOURCES
+from dnnprof.model.steps import assign_steps
+
+#: Fewest repetitions of the launch pattern before it is believed.
+MIN_PATTERN_REPEATS = 3
+#: Share of kernel positions that must repeat exactly one period later.
+MIN_PATTERN_MATCH = 0.9
+
+
+def step_source(profile: Profile) -> str:
+    """How the profile's steps were found ("" when it has none)."""
+    src = profile.tables["steps"]["source"]
+    return STEP_SOURCES[int(src[0])] if src.size else ""
+
+
+def with_steps(profile: Profile, rank: int = 0) -> Profile:
+    """The profile itself when it has steps; else a copy with steps inferred (optimizer or launch pattern)."""
+    if profile.tables["steps"]["number"].size:
+        return profile
+    windows = _optimizer_windows(profile, rank)
+    source = "optimizer"
+    if windows is None:
+        windows = _pattern_windows(profile, rank)
+        source = "pattern"
+    if windows is None:
+        return profile
+    out = copy.copy(profile)
+    out.tables = {name: dict(t) for name, t in profile.tables.items()}
+    for t in out.tables.values():
+        if "step" in t:
+            t["step"] = t["step"].copy()
+    assign_steps(out, windows[0], windows[1], source, rank=rank)
+    return out
+
+
+def _optimizer_windows(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray] | None:
+    ops = profile.tables["ops"]
+    sel = np.flatnonzero((ops["rank"] == rank) & (ops["category"] == OP_CATEGORIES.index("user_annotation")))
+    if sel.size == 0:
+        return None
+    names = profile.names(ops["name_id"][sel]).astype(str)
+    opt = sel[np.char.startswith(names, "Optimizer.step#")]
+    if opt.size < 2:
+        return None
+    ends = np.sort(ops["start_ns"][opt] + ops["dur_ns"][opt])
+    # Step k spans (end of optimizer step k-1, end of optimizer step k]; the part before the first end is partial.
+    return ends[:-1], ends[1:]
+
+
+def _pattern_windows(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray] | None:
+    k = profile.tables["kernels"]
+    sel = np.flatnonzero(k["rank"] == rank)
+    if sel.size < 2 * MIN_PATTERN_REPEATS:
+        return None
+    seq = k["name_id"][sel]
+    period = _period(seq)
+    if period is None:
+        return None
+    start = k["start_ns"][sel]
+    end = start + k["dur_ns"][sel]
+    gap_before = np.empty(sel.size, dtype=np.int64)
+    gap_before[0] = 0
+    gap_before[1:] = np.maximum(start[1:] - np.maximum.accumulate(end)[:-1], 0)
+    offset = int(np.argmax(np.bincount(np.arange(sel.size) % period, weights=gap_before, minlength=period)))
+    firsts = np.arange(offset, sel.size, period)
+    if firsts.size < MIN_PATTERN_REPEATS:
+        return None
+    # Host-side windows: from the launch of each period's first kernel to the next one's (launch time when known).
+    launch = k["launch_row"][sel][firsts]
+    rt = profile.tables["runtime"]["start_ns"]
+    t0 = np.where(launch >= 0, rt[np.clip(launch, 0, None)] if rt.size else 0, start[firsts])
+    return t0[:-1], t0[1:]
+
+
+def _period(seq: np.ndarray) -> int | None:
+    """Length of the repeating unit of a kernel-name sequence, or None."""
+    n = seq.size
+    values, counts = np.unique(seq, return_counts=True)
+    candidates = values[(counts >= MIN_PATTERN_REPEATS)][np.argsort(counts[counts >= MIN_PATTERN_REPEATS])][:20]
+    tried: set[int] = set()
+    for v in candidates:
+        pos = np.flatnonzero(seq == v)
+        diffs = np.diff(pos)
+        p = int(np.median(diffs))
+        if p <= 0 or p in tried or n // p < MIN_PATTERN_REPEATS:
+            continue
+        tried.add(p)
+        if np.mean(seq[:-p] == seq[p:]) >= MIN_PATTERN_MATCH:
+            # A name that occurs every other iteration gives a multiple of the period: take the smallest divisor.
+            for d in range(1, p):
+                if p % d == 0 and n // d >= MIN_PATTERN_REPEATS and np.mean(seq[:-d] == seq[d:]) >= MIN_PATTERN_MATCH:
+                    return d
+            return p
+    return None

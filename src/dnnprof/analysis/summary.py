@@ -1,0 +1,157 @@
+"""The ``dnnprof.summary/1`` document: everything ``dnnprof analyze`` reports, as plain JSON-ready data.
+
+The keys listed in docs/summary-json.md are a public contract: later versions add keys, never rename them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dnnprof.analysis.attribution import PHASES, Attribution, attribute
+from dnnprof.analysis.kernel_summary import KernelRow, group_by, kernel_summary
+from dnnprof.analysis.steps import step_source, with_steps
+from dnnprof.analysis.utilization import Utilization, utilization
+from dnnprof.model.profile import Profile
+from dnnprof.model.schema import MEMCPY_KINDS, MEMORY_KINDS
+
+SCHEMA = "dnnprof.summary/1"
+
+
+@dataclass
+class Analysis:
+    """The intermediate results behind a summary, for callers (rules, renderers) that need more than JSON."""
+
+    profile: Profile
+    attribution: Attribution
+    kernels: list[KernelRow]
+    utilization: Utilization
+    rank: int
+
+
+def analyse(profile: Profile, rank: int = 0) -> Analysis:
+    """Steps (inferred when missing), attribution, kernel summary and utilisation of one rank."""
+    profile = with_steps(profile, rank)
+    attribution = attribute(profile)
+    return Analysis(profile=profile, attribution=attribution,
+                    kernels=kernel_summary(profile, attribution, rank=rank),
+                    utilization=utilization(profile, rank=rank), rank=rank)
+
+
+def _us(ns: float) -> float:
+    return round(ns / 1000.0, 3)
+
+
+def _num(x: float, digits: int = 2) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), digits)
+
+
+def summarize(profile: Profile, rank: int = 0) -> dict[str, Any]:
+    """The summary document of one rank of a profile (see docs/summary-json.md)."""
+    return summary_of(analyse(profile, rank))
+
+
+def summary_of(a: Analysis) -> dict[str, Any]:
+    p, u, rank = a.profile, a.utilization, a.rank
+    dev = p.device(u.device, rank) or (p.devices[0] if p.devices else None)
+    steps = p.tables["steps"]
+    ssel = steps["rank"] == rank
+    host = steps["dur_ns"][ssel].astype(np.float64)
+    k = p.tables["kernels"]
+    kd = k["dur_ns"][k["rank"] == rank] if k["rank"].size else k["dur_ns"]
+    tc_ns = sum(r.total_ns for r in a.kernels if r.tensor_core)
+    kernel_total = sum(r.total_ns for r in a.kernels)
+    window = u.total("window_ns")
+    phases = group_by(np.array([PHASES[i] for i in a.attribution.phase], dtype=object), kd)
+    phase_ns = {g.name: g.total_ns for g in phases}
+    layer_rows = group_by(a.attribution.layer, kd) if kd.size else []
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "source": dict(p.meta.get("source", {"path": "", "format": ""})),
+        "device": {
+            "name": dev.name if dev else "",
+            "compute_capability": dev.compute_capability if dev else "",
+            "sm_count": dev.sm_count if dev else None,
+            "memory_bytes": dev.memory_bytes if dev else None,
+        },
+        "steps": {
+            "count": int(host.size),
+            "source": step_source(p),
+            "durations_us": [_us(x) for x in host.tolist()],
+            "mean_us": _us(host.mean()) if host.size else None,
+            "median_us": _us(float(np.median(host))) if host.size else None,
+            "cv_pct": _num(100.0 * host.std() / host.mean()) if host.size > 1 and host.mean() > 0 else None,
+            "gpu_durations_us": [_us(s.window_ns) for s in u.steps] if not u.whole_trace else [],
+        },
+        "gpu": {
+            "has_activity": p.has_gpu_activity,
+            "device_index": u.device,
+            "window_us": _us(window),
+            "busy_pct": _num(u.busy_pct),
+            "kernel_us": _us(u.total("kernel_ns")),
+            "memcpy_us": _us(u.total("memcpy_ns")),
+            "memset_us": _us(u.total("memset_ns")),
+            "idle_us": _us(u.total("idle_ns")),
+            "idle_breakdown_us": {c: _us(v) for c, v in u.idle_by_cause_ns().items()},
+            "tensor_core_pct": _num(100.0 * tc_ns / kernel_total) if kernel_total else None,
+            "window": "whole_trace" if u.whole_trace else "steps",
+        },
+        "attribution": {
+            "level": a.attribution.level,
+            "attributed_pct": _num(100.0 * float(kd[a.attribution.layer != ""].sum()) / kernel_total)
+            if kernel_total else None,
+        },
+        "kernels": [_kernel_json(r) for r in a.kernels],
+        "families": _families_json(a.kernels),
+        "layers": [{"name": g.name, "total_us": _us(g.total_ns), "pct": _num(g.pct), "kernel_calls": g.calls}
+                   for g in layer_rows if g.name],
+        "phases": {f"{ph}_us": _us(phase_ns.get(ph, 0)) for ph in PHASES},
+        "memcpy": _memcpy_json(p, rank),
+        "findings": [],
+    }
+    return doc
+
+
+def _families_json(rows: list[KernelRow]) -> list[dict[str, Any]]:
+    acc: dict[str, list[int]] = {}
+    for r in rows:
+        calls_total = acc.setdefault(r.family, [0, 0])
+        calls_total[0] += r.calls
+        calls_total[1] += r.total_ns
+    grand = sum(v[1] for v in acc.values()) or 1
+    out = [{"family": f, "calls": c, "total_us": _us(t), "pct": _num(100.0 * t / grand)} for f, (c, t) in acc.items()]
+    out.sort(key=lambda r: -r["total_us"])
+    return out
+
+
+def _kernel_json(r: KernelRow) -> dict[str, Any]:
+    return {
+        "name": r.name, "short_name": r.short_name, "family": r.family, "tensor_core": r.tensor_core,
+        "precision": r.precision, "calls": r.calls, "total_us": _us(r.total_ns), "pct": _num(r.pct, 3),
+        "mean_us": _us(r.mean_ns), "min_us": _us(r.min_ns), "max_us": _us(r.max_ns),
+        "layer": r.layer, "phase": r.phase, "grid": r.grid, "block": r.block,
+        "registers_per_thread": r.registers_per_thread if r.registers_per_thread >= 0 else None,
+        "shared_memory_bytes": r.shared_memory_bytes if r.shared_memory_bytes >= 0 else None,
+        "est_achieved_occupancy_pct": _num(r.est_achieved_occupancy_pct),
+    }
+
+
+def _memcpy_json(p: Profile, rank: int) -> list[dict[str, Any]]:
+    m = p.tables["memcpy"]
+    sel = np.flatnonzero(m["rank"] == rank)
+    out = []
+    if sel.size == 0:
+        return out
+    host_mem = np.where(np.isin(m["src_mem"][sel], (2, 3)), m["src_mem"][sel], m["dst_mem"][sel])
+    key = m["kind"][sel].astype(np.int64) * 16 + np.where(np.isin(host_mem, (2, 3)), host_mem, 0)
+    for kv in np.unique(key).tolist():
+        rows = sel[key == kv]
+        kind, mem = divmod(kv, 16)
+        out.append({"kind": MEMCPY_KINDS[kind], "host_memory": MEMORY_KINDS[mem] if mem else None,
+                    "count": int(rows.size), "bytes": int(m["bytes"][rows].sum()),
+                    "total_us": _us(float(m["dur_ns"][rows].sum()))})
+    out.sort(key=lambda r: -r["total_us"])
+    return out

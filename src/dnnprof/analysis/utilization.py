@@ -1,0 +1,195 @@
+"""How busy the GPU is in each step, what it does, and why it idles.
+
+Definitions (all per GPU-side step window, see ``model.steps.assign_steps``):
+* busy = union of kernel, memcpy and memset intervals (any stream) inside the window; busy % = busy / window.
+  (nsys ``gpu_time_util`` counts overlapping work twice; the TensorBoard plugin counted kernels only.)
+* kernel / memcpy / memset time: the busy time split by priority kernel > memcpy > memset, so the parts and the
+  idle time add up to the window exactly.
+* idle gaps are split by cause, from what the host was doing when the GPU ran dry:
+  ``dataloader`` — the host was inside DataLoader ``__next__``; ``sync`` — the gap starts as a synchronising call
+  (stream/device/event synchronize, a blocking copy) returns; ``host_launch`` — the next GPU work was launched
+  only after the GPU went idle (empty launch queue: the host is too slow); ``other`` — work was already queued
+  (waits on events or other streams, launch latency) or the cause is not in the trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dnnprof.analysis.intervals import covered_per_window, gaps, merge
+from dnnprof.model.profile import Profile
+from dnnprof.model.schema import API_KINDS, OP_CATEGORIES
+
+IDLE_CAUSES = ("host_launch", "sync", "dataloader", "other")
+#: A synchronising call counts as the cause of a gap when it returns within this much of the gap's start.
+SYNC_TOLERANCE_NS = 20_000
+
+
+@dataclass
+class StepTime:
+    """GPU time accounting of one step (all ns)."""
+
+    number: int
+    host_ns: int
+    window_ns: int
+    kernel_ns: int
+    memcpy_ns: int
+    memset_ns: int
+    idle_ns: int
+    idle_by_cause_ns: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def busy_ns(self) -> int:
+        return self.kernel_ns + self.memcpy_ns + self.memset_ns
+
+
+@dataclass
+class Utilization:
+    """Per-step GPU accounting for one device of one rank, and totals."""
+
+    device: int
+    steps: list[StepTime]
+    whole_trace: bool  # True when there were no steps and the window is the trace's GPU span
+
+    def total(self, attr: str) -> int:
+        return int(sum(getattr(s, attr) for s in self.steps))
+
+    @property
+    def busy_pct(self) -> float:
+        w = self.total("window_ns")
+        return 100.0 * self.total("busy_ns") / w if w else 0.0
+
+    def idle_by_cause_ns(self) -> dict[str, int]:
+        return {c: int(sum(s.idle_by_cause_ns.get(c, 0) for s in self.steps)) for c in IDLE_CAUSES}
+
+
+def primary_device(profile: Profile, rank: int = 0) -> int:
+    """The device of the rank with the most kernel time (0 when there is none)."""
+    k = profile.tables["kernels"]
+    sel = k["rank"] == rank
+    if not sel.any():
+        return 0
+    dev = k["device"][sel]
+    totals = np.bincount(dev - dev.min(), weights=k["dur_ns"][sel])
+    return int(np.argmax(totals) + dev.min())
+
+
+def _gpu_rows(profile: Profile, table: str, rank: int, device: int) -> np.ndarray:
+    t = profile.tables[table]
+    return np.flatnonzero((t["rank"] == rank) & (t["device"] == device))
+
+
+def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> Utilization:
+    """Busy/idle accounting per step (or over the whole GPU span when the profile has no steps)."""
+    if device is None:
+        device = primary_device(profile, rank)
+    parts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    launch_t: list[np.ndarray] = []
+    for table in ("kernels", "memcpy", "memset"):
+        t = profile.tables[table]
+        rows = _gpu_rows(profile, table, rank, device)
+        s = t["start_ns"][rows]
+        parts[table] = (s, s + t["dur_ns"][rows])
+        lr = t["launch_row"][rows]
+        rt = profile.tables["runtime"]["start_ns"]
+        launch_t.append(np.where(lr >= 0, rt[np.clip(lr, 0, None)] if rt.size else -1, -1))
+    all_s = np.concatenate([p[0] for p in parts.values()])
+    all_e = np.concatenate([p[1] for p in parts.values()])
+    all_launch = np.concatenate(launch_t)
+    if all_s.size == 0:
+        return Utilization(device, [], True)
+    order = np.argsort(all_s, kind="stable")
+    all_s, all_e, all_launch = all_s[order], all_e[order], all_launch[order]
+
+    ms_k = merge(*parts["kernels"])
+    ms_km = merge(np.concatenate([parts["kernels"][0], parts["memcpy"][0]]),
+                  np.concatenate([parts["kernels"][1], parts["memcpy"][1]]))
+    ms_all = merge(all_s, all_e)
+
+    steps = profile.tables["steps"]
+    sel = np.flatnonzero((steps["rank"] == rank) & (steps["gpu_start_ns"] >= 0))
+    if sel.size:
+        lo = steps["gpu_start_ns"][sel]
+        hi = steps["gpu_end_ns"][sel]
+        numbers = steps["number"][sel]
+        host = steps["dur_ns"][sel]
+        whole = False
+    else:
+        lo = np.array([all_s.min()])
+        hi = np.array([all_e.max()])
+        numbers = np.array([-1])
+        host = hi - lo
+        whole = True
+    window = hi - lo
+    cov_k = covered_per_window(*ms_k, lo, hi)
+    cov_km = covered_per_window(*ms_km, lo, hi)
+    cov_all = covered_per_window(*ms_all, lo, hi)
+    sync_s, sync_e = _sync_calls(profile, rank)
+    dl = merge(*_dataloader_ranges(profile, rank))
+
+    out = []
+    for i in range(lo.size):
+        gs, ge = gaps(*ms_all, int(lo[i]), int(hi[i]))
+        causes = _classify_gaps(gs, ge, all_s, all_launch, sync_s, sync_e, dl)
+        out.append(StepTime(
+            number=int(numbers[i]), host_ns=int(host[i]), window_ns=int(window[i]), kernel_ns=int(cov_k[i]),
+            memcpy_ns=int(cov_km[i] - cov_k[i]), memset_ns=int(cov_all[i] - cov_km[i]),
+            idle_ns=int(window[i] - cov_all[i]), idle_by_cause_ns=causes))
+    return Utilization(device, out, whole)
+
+
+def _sync_calls(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    rt = profile.tables["runtime"]
+    sel = np.flatnonzero((rt["rank"] == rank) & (rt["api_kind"] == API_KINDS.index("sync")))
+    # A blocking memcpy (pageable host memory, or cudaMemcpy without Async) synchronises too.
+    mc = np.flatnonzero((rt["rank"] == rank) & (rt["api_kind"] == API_KINDS.index("memcpy")))
+    if mc.size:
+        names = profile.names(rt["name_id"][mc]).astype(str)
+        blocking = ~np.char.endswith(names, "Async")
+        sel = np.union1d(sel, mc[blocking])
+        memcpy = profile.tables["memcpy"]
+        pageable = memcpy["launch_row"][(memcpy["src_mem"] == 2) | (memcpy["dst_mem"] == 2)]
+        sel = np.union1d(sel, pageable[pageable >= 0])
+    s = rt["start_ns"][sel]
+    return s, s + rt["dur_ns"][sel]
+
+
+def _dataloader_ranges(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    ops = profile.tables["ops"]
+    sel = np.flatnonzero((ops["rank"] == rank) & (ops["category"] == OP_CATEGORIES.index("user_annotation")))
+    if sel.size == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    names = profile.names(ops["name_id"][sel]).astype(str)
+    dl = sel[np.char.startswith(names, "enumerate(DataLoader)#")]
+    s = ops["start_ns"][dl]
+    return s, s + ops["dur_ns"][dl]
+
+
+def _classify_gaps(gs: np.ndarray, ge: np.ndarray, act_s: np.ndarray, act_launch: np.ndarray,
+                   sync_s: np.ndarray, sync_e: np.ndarray, dl: tuple[np.ndarray, np.ndarray]) -> dict[str, int]:
+    out = dict.fromkeys(IDLE_CAUSES, 0)
+    if gs.size == 0:
+        return out
+    length = ge - gs
+    dl_part = covered_per_window(*dl, gs, ge) if dl[0].size else np.zeros_like(length)
+    rest = length - dl_part
+    out["dataloader"] = int(dl_part.sum())
+    # The activity that ends each gap, and when the host launched it.
+    nxt = np.searchsorted(act_s, ge, side="left")
+    has_next = nxt < act_s.size
+    launched = np.where(has_next, act_launch[np.clip(nxt, 0, act_s.size - 1)], -1)
+    host_launch = has_next & (launched > gs)
+    synced = np.zeros(gs.size, dtype=bool)
+    if sync_s.size:
+        # A sync call that spans the moment the GPU ran dry (it returned because the GPU drained):
+        # some call started before gs + tol and ended after gs - tol.
+        order = np.argsort(sync_s, kind="stable")
+        ss, latest_end = sync_s[order], np.maximum.accumulate(sync_e[order])
+        j = np.searchsorted(ss, gs + SYNC_TOLERANCE_NS, side="right") - 1
+        synced = (j >= 0) & (latest_end[np.clip(j, 0, None)] >= gs - SYNC_TOLERANCE_NS)
+    out["sync"] = int(rest[synced].sum())
+    out["host_launch"] = int(rest[~synced & host_launch].sum())
+    out["other"] = int(rest[~synced & ~host_launch].sum())
+    return out

@@ -1,0 +1,68 @@
+"""``dnnprof analyze TRACE``: report on a trace you already have."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from dnnprof.cli.errors import UserError
+
+
+def analyze(
+    trace: Path = typer.Argument(..., help="Kineto/torch.profiler JSON(.gz), a folder of per-rank traces, a saved "
+                                           "profile or a dnnprof run directory.", show_default=False),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the dnnprof.summary/1 JSON here ('-' = stdout)."),
+    top: int = typer.Option(15, "--top", min=1, help="Rows to show in each table."),
+    save: Path | None = typer.Option(None, "--save", help="Save the canonical profile (Parquet) in this folder."),
+    rank: int = typer.Option(0, "--rank", help="Rank to report on in a multi-GPU trace."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json or --save)."),
+) -> None:
+    """Kernels, layers, phases, GPU busy/idle and findings of an existing trace."""
+    from dnnprof.analysis.summary import summarize
+    from dnnprof.ingest.detect import kind_of, open_profile
+    from dnnprof.ingest.errors import TraceError
+
+    try:
+        kind = kind_of(trace)
+        if kind in ("ncu-csv", "ncu-rep"):
+            _analyze_ncu(trace, json_out, top, quiet)
+            return
+        profile = open_profile(trace)
+    except TraceError as e:
+        raise UserError(str(e)) from None
+    if rank not in profile.ranks:
+        raise UserError(f"{trace}: no rank {rank} (ranks in the trace: {profile.ranks})")
+    doc = summarize(profile, rank=rank)
+    _add_findings(profile, doc, rank)
+    if save is not None:
+        profile.save(save)
+    if json_out is not None:
+        from dnnprof.render.json_out import write_json
+
+        write_json(doc, json_out)
+    if not quiet and str(json_out) != "-":
+        from dnnprof.render.terminal import render
+
+        render(doc, top=top)
+
+
+def _add_findings(profile: object, doc: dict, rank: int) -> None:
+    """Fill ``findings`` from the expert system when it is installed in this build."""
+    try:
+        from dnnprof.analysis.rules import findings_for
+    except ImportError:
+        return
+    doc["findings"] = findings_for(profile, doc, rank=rank)
+
+
+def _analyze_ncu(path: Path, json_out: Path | None, top: int, quiet: bool) -> None:
+    try:
+        from dnnprof.cli.counters import report_ncu_file
+    except ImportError:
+        raise UserError(f"{path}: Nsight Compute files need the counters support of this build") from None
+    report_ncu_file(path, json_out=json_out, top=top, quiet=quiet)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("analyze")(analyze)

@@ -1,0 +1,83 @@
+"""What a path holds: a Kineto trace, a folder of traces (one per rank), a saved profile, an ncu CSV, …"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dnnprof.ingest.errors import TraceError
+from dnnprof.model.profile import Profile, ProfileError
+
+_TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+
+
+def kind_of(path: Path) -> str:
+    """One of: 'profile' (saved dnnprof profile dir), 'run' (dnnprof run dir), 'kineto', 'kineto-dir', 'ncu-csv',
+    'ncu-rep', 'nsys-sqlite'. Raises TraceError for anything else."""
+    if not path.exists():
+        raise TraceError(f"{path}: no such file or directory")
+    if path.is_dir():
+        if (path / "profile.json").is_file():
+            return "profile"
+        if (path / "profile" / "profile.json").is_file():
+            return "run"
+        if trace_files(path):
+            return "kineto-dir"
+        raise TraceError(f"{path}: folder holds no trace (*.json, *.json.gz) and no dnnprof profile")
+    name = path.name.lower()
+    if name.endswith(".ncu-rep"):
+        return "ncu-rep"
+    if name.endswith((".sqlite", ".db")):
+        return "nsys-sqlite"
+    head = _head(path)
+    if head.startswith(b"\x1f\x8b"):
+        return "kineto"
+    text = head.lstrip()
+    if text[:1] in (b"{", b"["):
+        return "kineto"
+    if text.startswith(b'"ID"') or b'"Kernel Name"' in head or b"==PROF==" in head or b"==ERROR==" in head:
+        return "ncu-csv"
+    if head.startswith(b"SQLite format 3"):
+        return "nsys-sqlite"
+    if not head:
+        raise TraceError(f"{path}: empty file")
+    raise TraceError(f"{path}: not a trace dnnprof can read (expected Kineto JSON, a dnnprof profile or an ncu CSV)")
+
+
+def _head(path: Path, n: int = 4096) -> bytes:
+    try:
+        with path.open("rb") as f:
+            return f.read(n)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def trace_files(folder: Path) -> list[Path]:
+    """Kineto trace files directly in a folder, sorted by name."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(_TRACE_SUFFIXES))
+
+
+def open_profile(path: str | Path) -> Profile:
+    """A canonical Profile from a trace file, a folder of per-rank traces, a saved profile or a run directory."""
+    from dnnprof.ingest.kineto import read_kineto
+    from dnnprof.ingest.ranks import merge_ranks
+
+    p = Path(path)
+    kind = kind_of(p)
+    try:
+        if kind == "profile":
+            return Profile.load(p)
+        if kind == "run":
+            return Profile.load(p / "profile")
+    except ProfileError as e:
+        raise TraceError(str(e)) from None
+    if kind == "kineto":
+        return read_kineto(p)
+    if kind == "kineto-dir":
+        files = trace_files(p)
+        if len(files) == 1:
+            return read_kineto(files[0])
+        return merge_ranks([read_kineto(f) for f in files], source=p)
+    if kind == "nsys-sqlite":
+        raise TraceError(f"{p}: Nsight Systems SQLite exports are not supported yet; export a torch.profiler "
+                         "(Kineto) trace instead")
+    raise TraceError(f"{p}: is an Nsight Compute {'report' if kind == 'ncu-rep' else 'CSV'}, not a timeline trace")

@@ -1,0 +1,50 @@
+"""JSON output: one writer for every document dnnprof emits (summary, sweep, occupancy results)."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+
+def _clean(x: Any) -> Any:
+    """NaN/inf become null: JSON has no NaN, and consumers (jq, CI scripts) choke on it."""
+    if isinstance(x, float):
+        return None if math.isnan(x) or math.isinf(x) else float(x)
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item"):  # numpy scalar
+        return _clean(x.item())
+    return x
+
+
+def dumps(doc: Any, indent: int = 2) -> bytes:
+    """Encode a document as JSON bytes (NaN → null)."""
+    return msgspec.json.format(msgspec.json.encode(_clean(doc)), indent=indent)
+
+
+def write_json(doc: Any, path: str | os.PathLike[str]) -> Path:
+    """Write JSON atomically (temp file + rename): readers never see half a file. ``-`` writes to stdout."""
+    if str(path) == "-":
+        import sys
+
+        sys.stdout.buffer.write(dumps(doc) + b"\n")
+        sys.stdout.flush()
+        return Path("-")
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(dumps(doc) + b"\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

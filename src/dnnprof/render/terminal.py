@@ -1,0 +1,155 @@
+"""Terminal report of a ``dnnprof.summary/1`` document (rich). Reads the summary; computes nothing new."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+_SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
+
+
+def _ms(us: float | None) -> str:
+    if us is None:
+        return "-"
+    if us >= 1000:
+        return f"{us / 1000:,.2f} ms"
+    return f"{us:,.1f} µs"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}%"
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _header(doc: dict[str, Any]) -> Panel:
+    dev, steps, gpu = doc["device"], doc["steps"], doc["gpu"]
+    lines = Text()
+    name = dev.get("name") or "unknown device"
+    cc = f" (sm_{dev['compute_capability'].replace('.', '')})" if dev.get("compute_capability") else ""
+    lines.append(f"{name}{cc}", style="bold")
+    if dev.get("sm_count"):
+        lines.append(f", {dev['sm_count']} SMs")
+    if dev.get("memory_bytes"):
+        lines.append(f", {_bytes(dev['memory_bytes'])}")
+    lines.append(f"\nsource: {doc['source'].get('path', '')} ({doc['source'].get('format', '')})\n")
+    if steps["count"]:
+        cv = f", CV {steps['cv_pct']:.1f}%" if steps.get("cv_pct") is not None else ""
+        lines.append(f"steps: {steps['count']} ({steps.get('source', '')}), mean {_ms(steps['mean_us'])}, "
+                     f"median {_ms(steps.get('median_us'))}{cv}\n")
+    else:
+        lines.append("steps: none found — the whole trace is one window\n", style="yellow")
+    if not gpu.get("has_activity", True):
+        lines.append("no GPU activity in this trace (CPU-only profile)", style="yellow")
+        return Panel(lines, title="dnnprof", expand=False)
+    lines.append(f"GPU busy {_pct(gpu['busy_pct'])}", style="bold")
+    lines.append(f" of {_ms(gpu['window_us'])}: kernels {_ms(gpu['kernel_us'])}, memcpy {_ms(gpu['memcpy_us'])}, "
+                 f"memset {_ms(gpu['memset_us'])}, idle {_ms(gpu['idle_us'])}\n")
+    idle = gpu.get("idle_breakdown_us") or {}
+    if gpu.get("idle_us"):
+        parts = ", ".join(f"{k.replace('_', ' ')} {_ms(v)}" for k, v in sorted(idle.items(), key=lambda kv: -kv[1])
+                          if v)
+        lines.append(f"idle because: {parts}\n")
+    lines.append(f"tensor cores: {_pct(gpu.get('tensor_core_pct'))} of kernel time; "
+                 f"attribution: {doc.get('attribution', {}).get('level', '?')} level, "
+                 f"{_pct(doc.get('attribution', {}).get('attributed_pct'))} of kernel time")
+    return Panel(lines, title="dnnprof", expand=False)
+
+
+def _kernels(doc: dict[str, Any], top: int) -> Table:
+    t = Table(title=f"Top kernels (of {len(doc['kernels'])} distinct)", title_justify="left", expand=False)
+    occ_key = "theoretical_occupancy_pct" if any("theoretical_occupancy_pct" in k for k in doc["kernels"]) \
+        else "est_achieved_occupancy_pct"
+    columns = (("Time %", "right", None), ("Total", "right", None), ("Calls", "right", None), ("Avg", "right", None),
+               ("Max", "right", None), ("Family", "left", None), ("TC", "center", None),
+               ("Occ." if occ_key.startswith("theo") else "Est.occ", "right", None), ("Phase", "left", None),
+               ("Layer", "left", 32), ("Kernel", "left", 64))
+    for col, just, width in columns:
+        t.add_column(col, justify=just, no_wrap=True, overflow="ellipsis", max_width=width)
+    for k in doc["kernels"][:top]:
+        t.add_row(_pct(k["pct"]), _ms(k["total_us"]), f"{k['calls']:,}", _ms(k["mean_us"]), _ms(k["max_us"]),
+                  k["family"], "✓" if k.get("tensor_core") else "", _pct(k.get(occ_key)), k["phase"],
+                  k["layer"] or "-", k["short_name"])
+    return t
+
+
+def _groups(title: str, rows: list[dict[str, Any]], key: str, top: int, calls_key: str) -> Table:
+    t = Table(title=title, title_justify="left", expand=False)
+    t.add_column("Time %", justify="right")
+    t.add_column("Total", justify="right")
+    t.add_column("Kernels", justify="right")
+    t.add_column("Name", overflow="fold", max_width=70)
+    for r in rows[:top]:
+        t.add_row(_pct(r["pct"]), _ms(r["total_us"]), f"{r[calls_key]:,}", r[key])
+    return t
+
+
+def _phases(doc: dict[str, Any]) -> Table:
+    ph = doc["phases"]
+    total = sum(ph.values()) or 1.0
+    t = Table(title="Phases (kernel time)", title_justify="left", expand=False)
+    for name in ("forward", "backward", "optimizer", "other"):
+        t.add_column(name, justify="right")
+    t.add_row(*(f"{_ms(ph[f'{n}_us'])} ({100 * ph[f'{n}_us'] / total:.0f}%)"
+                for n in ("forward", "backward", "optimizer", "other")))
+    return t
+
+
+def _memcpy(doc: dict[str, Any]) -> Table:
+    t = Table(title="Memory copies", title_justify="left", expand=False)
+    for col in ("Kind", "Host memory", "Count", "Bytes", "Total"):
+        t.add_column(col, justify="right" if col in ("Count", "Bytes", "Total") else "left")
+    for m in doc["memcpy"]:
+        t.add_row(m["kind"], m.get("host_memory") or "-", f"{m['count']:,}", _bytes(m["bytes"]), _ms(m["total_us"]))
+    return t
+
+
+def _findings(doc: dict[str, Any]) -> Table:
+    t = Table(title="Findings (ranked by expected gain)", title_justify="left", expand=False, show_lines=True)
+    t.add_column("Severity")
+    t.add_column("Gain", justify="right")
+    t.add_column("Finding", overflow="fold", max_width=110)
+    for f in doc["findings"]:
+        body = Text(f"{f['title']}  [{f['id']}]", style="bold")
+        ev = f.get("evidence") or {}
+        if isinstance(ev, dict) and ev.get("summary"):
+            body.append(f"\n{ev['summary']}")
+        body.append(f"\n→ {f['recommendation']}", style="green")
+        gain = f.get("est_gain_pct")
+        t.add_row(Text(f["severity"], style=_SEVERITY_STYLE.get(f["severity"], "")),
+                  "-" if gain is None else f"≤{gain:.0f}%", body)
+    return t
+
+
+def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -> None:
+    """Print the report of a summary document."""
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # pipes and CI logs: no 80-column squeeze
+            console.width = max(console.width, 180)
+    parts: list[Any] = [_header(doc)]
+    if doc["kernels"]:
+        parts.append(_kernels(doc, top))
+        if doc.get("layers"):
+            parts.append(_groups(f"Top layers ({doc.get('attribution', {}).get('level', '')} level)",
+                                 doc["layers"], "name", top, "kernel_calls"))
+        if doc.get("families"):
+            parts.append(_groups("Kernel families", doc["families"], "family", top, "calls"))
+        parts.append(_phases(doc))
+    if doc["memcpy"]:
+        parts.append(_memcpy(doc))
+    if doc.get("findings"):
+        parts.append(_findings(doc))
+    console.print(Group(*parts))
