@@ -192,3 +192,7 @@ def schema_markdown() -> str:
         lines += ["", f"## `{table}`", "", "| column | dtype | meaning |", "|---|---|---|"]
         lines += [f"| `{c.name}` | {c.dtype} | {c.doc} |" for c in cols]
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(schema_markdown(), end="")

@@ -1,0 +1,52 @@
+"""Shared test helpers: real trace fixtures and derived variants (format drift) written to tmp_path."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+GPT2 = DATA / "gpt2_bf16_train_h200" / "trace.json.gz"
+DEEPSPEECH = DATA / "deepspeech_train_h200" / "trace.json.gz"
+CPU_MLP = DATA / "cpu_mlp_train" / "trace.json.gz"
+
+
+def load_raw(path: Path) -> dict[str, Any]:
+    return json.loads(gzip.open(path).read())
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def variant(tmp_path: Path) -> Callable[..., Path]:
+    """Write a modified copy of a fixture trace: variant(src, edit, name, gz=True) -> path."""
+
+    def make(src: Path, edit: Callable[[dict[str, Any]], None], name: str = "trace.json", gz: bool = False) -> Path:
+        doc = load_raw(src)
+        edit(doc)
+        out = tmp_path / (name + (".gz" if gz else ""))
+        data = json.dumps(doc).encode()
+        out.write_bytes(gzip.compress(data) if gz else data)
+        return out
+
+    return make
