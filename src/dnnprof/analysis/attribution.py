@@ -86,7 +86,8 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
         own_module[hier] = ops["module_id"][hier]
 
     step_marker = is_annot & _flag(profile, names, lambda s: s.startswith(_STEP_PREFIXES))
-    transparent = step_marker | dn | tm
+    # Python frames (with_stack) are call sites, not layers: look through them for the op-level layer.
+    transparent = step_marker | dn | tm | is_py
     # Outermost op below the step marker (the op-level "layer").
     anchor = np.where((parent < 0) | transparent[np.clip(parent, 0, None)], rows, -1)
     anchor[transparent] = -1
@@ -100,7 +101,17 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     backward_own = _flag(profile, names, lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0)
     backward = inherited_flag(backward_own)
     dataloader = inherited_flag(_flag(profile, names, lambda s: s.startswith(_DATALOADER_PREFIXES)))
-    fwd_link = inherit(np.where(ops["fwd_row"] >= 0, ops["fwd_row"], -1), parent)
+    # The fwdbwd flow ends on the autograd node op (``AddmmBackward0``); work the engine runs beside the node
+    # under the same ``evaluate_function`` (e.g. the bias-gradient sum) must follow it too: lift the link up.
+    fwd_own = ops["fwd_row"].astype(np.int64).copy()
+    linked_rows = np.flatnonzero(fwd_own >= 0)
+    par = parent[linked_rows]
+    has_par = par >= 0
+    linked_rows, par = linked_rows[has_par], par[has_par]
+    engine = _flag(profile, names, lambda s: s.startswith("autograd::engine::evaluate_function"))
+    lift = engine[par] & (fwd_own[par] < 0)
+    fwd_own[par[lift]] = fwd_own[linked_rows[lift]]
+    fwd_link = inherit(fwd_own, parent)
     module = inherit(own_module, parent)
     # Backward ops take the module (and op-level layer) of the forward op their autograd node came from.
     linked = (module < 0) & (fwd_link >= 0)
