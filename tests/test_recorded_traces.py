@@ -68,3 +68,19 @@ def test_inference_without_markers_finds_iterations_from_launch_pattern() -> Non
     assert doc["steps"]["source"] == "pattern"
     assert doc["steps"]["count"] == 4  # 5 iterations, 4 complete windows between their starts
     assert doc["steps"]["cv_pct"] < 15
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in REC.glob("*.json.gz")))
+def test_theoretical_occupancy_bounds_kinetos_estimate(name: str) -> None:
+    """Kineto's 'est. achieved occupancy %' is min(theoretical, grid-limited): it can never exceed theory."""
+    import numpy as np
+
+    from dnnprof.analysis.occupancy import kernel_occupancy
+
+    p = read_kineto(REC / name)
+    k = p.tables["kernels"]
+    occ = kernel_occupancy(k, p.devices[0])
+    theo, est = occ["theoretical_occupancy_pct"], k["est_occupancy_pct"]
+    ok = ~np.isnan(theo) & ~np.isnan(est)
+    assert ok.mean() > 0.95
+    assert np.all(est[ok] <= theo[ok] + 1.0)  # Kineto rounds to whole percent

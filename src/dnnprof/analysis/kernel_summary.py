@@ -34,6 +34,8 @@ class KernelRow:
     shared_memory_bytes: int
     est_achieved_occupancy_pct: float  # Kineto's estimate, time-weighted over calls (NaN when absent)
     rows: np.ndarray  # rows of the kernels table
+    theoretical_occupancy_pct: float = float("nan")  # occupancy calculator, time-weighted over calls
+    occupancy_limiters: tuple[str, ...] = ()  # what limits the launch configuration with the most time
 
 
 def _dominant(keys: np.ndarray, weights: np.ndarray) -> object:
@@ -41,8 +43,12 @@ def _dominant(keys: np.ndarray, weights: np.ndarray) -> object:
     return uniq[int(np.argmax(np.bincount(inv, weights=weights)))]
 
 
-def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None = None) -> list[KernelRow]:
-    """Every distinct kernel, sorted by total time (descending)."""
+def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None = None,
+                   occupancy: dict[str, np.ndarray] | None = None) -> list[KernelRow]:
+    """Every distinct kernel, sorted by total time (descending).
+
+    ``occupancy`` is ``analysis.occupancy.kernel_occupancy`` of the whole kernels table, when available.
+    """
     k = profile.tables["kernels"]
     sel = np.arange(k["start_ns"].size) if rank is None else np.flatnonzero(k["rank"] == rank)
     if sel.size == 0:
@@ -79,9 +85,23 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
             est_achieved_occupancy_pct=float(np.average(o[ok], weights=d[ok])) if ok.any() and d[ok].sum() > 0
             else (float(o[ok].mean()) if ok.any() else float("nan")),
             rows=rows,
+            **_occupancy_fields(occupancy, rows, d, best),
         ))
     out.sort(key=lambda r: -r.total_ns)
     return out
+
+
+def _occupancy_fields(occ: dict[str, np.ndarray] | None, rows: np.ndarray, d: np.ndarray,
+                      best: int) -> dict[str, object]:
+    if occ is None:
+        return {}
+    pct = occ["theoretical_occupancy_pct"][rows].astype(np.float64)
+    ok = ~np.isnan(pct)
+    if not ok.any():
+        return {}
+    mean = float(np.average(pct[ok], weights=d[ok])) if d[ok].sum() > 0 else float(pct[ok].mean())
+    lim = str(occ["limiter"][best])
+    return {"theoretical_occupancy_pct": mean, "occupancy_limiters": tuple(x for x in lim.split("+") if x)}
 
 
 @dataclass

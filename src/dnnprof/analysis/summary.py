@@ -13,6 +13,7 @@ import numpy as np
 
 from dnnprof.analysis.attribution import PHASES, Attribution, attribute
 from dnnprof.analysis.kernel_summary import KernelRow, group_by, kernel_summary
+from dnnprof.analysis.occupancy import kernel_occupancy
 from dnnprof.analysis.steps import step_source, with_steps
 from dnnprof.analysis.utilization import Utilization, utilization
 from dnnprof.model.profile import Profile
@@ -36,9 +37,12 @@ def analyse(profile: Profile, rank: int = 0) -> Analysis:
     """Steps (inferred when missing), attribution, kernel summary and utilisation of one rank."""
     profile = with_steps(profile, rank)
     attribution = attribute(profile)
+    util = utilization(profile, rank=rank)
+    device = profile.device(util.device, rank) or (profile.devices[0] if profile.devices else None)
+    occupancy = kernel_occupancy(profile.tables["kernels"], device) if device is not None else None
     return Analysis(profile=profile, attribution=attribution,
-                    kernels=kernel_summary(profile, attribution, rank=rank),
-                    utilization=utilization(profile, rank=rank), rank=rank)
+                    kernels=kernel_summary(profile, attribution, rank=rank, occupancy=occupancy),
+                    utilization=util, rank=rank)
 
 
 def _us(ns: float) -> float:
@@ -136,6 +140,8 @@ def _kernel_json(r: KernelRow) -> dict[str, Any]:
         "registers_per_thread": r.registers_per_thread if r.registers_per_thread >= 0 else None,
         "shared_memory_bytes": r.shared_memory_bytes if r.shared_memory_bytes >= 0 else None,
         "est_achieved_occupancy_pct": _num(r.est_achieved_occupancy_pct),
+        "theoretical_occupancy_pct": _num(r.theoretical_occupancy_pct),
+        "occupancy_limiters": list(r.occupancy_limiters),
     }
 
 
