@@ -1,0 +1,331 @@
+"""Nsight Compute counters for a 4-layer GPT-2 training step: all kernels vs dnnprof's selective capture.
+
+Run on the GPU machine (needs ncu; no network):
+    OUT=out python benchmarks/gpu/ncu_gpt2_counters.py            # everything, 5-8 min on an H100
+    OUT=out python benchmarks/gpu/ncu_gpt2_counters.py --quick    # no all-kernels run, one strategy, ~2 min
+
+Workload: GPT-2 with 4 layers (transformers ``GPT2LMHeadModel(GPT2Config(n_layer=4))`` when transformers is
+installed, else an equivalent built-in model), random init, batch 8 x 512 tokens, bf16 autocast, AdamW. The 4th
+step is wrapped in ``torch.cuda.nvtx.range_push("step3")``/``range_pop`` and ``cudaProfilerStart/Stop``.
+
+Runs, each a fresh process timed end to end (wall clock, as a user waits for it):
+  plain         the workload alone
+  kineto        torch.profiler over step 3 → the step's kernel launches ($OUT/kernels_step3.json)
+  full          ncu over every kernel of the step (NVTX range, process-wide push/pop scope), dnnprof's metrics
+  sel-<s>       dnnprof's selective capture (collect/ncu.py) for strategy <s>: signatures covering ≥ 95% of
+                the step's GPU time, predicted launches vs launches ncu really profiled, coverage after the join
+  details       8 kernels (GEMMs, norms, elementwise) with SpeedOfLight/LaunchStats/Occupancy sections exported to $OUT/details.ncu-rep and
+                re-printed as the details page (labels and --print-metric-name name) and the raw page: parser
+                fixtures; read back through ncu_report to test dnnprof's .ncu-rep path.
+Writes $OUT/ncu_gpt2_counters.json (all numbers), the ncu CSV logs, and prints a summary table last.
+Target: counters covering ≥ 95% of GPU time in ≤ 25 s of wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+OUT = Path(os.environ.get("OUT", "out"))
+STEPS, PROFILE_STEP, RANGE = 4, 3, "step3"
+
+
+# --- the workload (runs in child processes) -----------------------------------------------------------------------
+def _model():  # type: ignore[no-untyped-def]
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cfg = GPT2Config(n_layer=4)
+        return GPT2LMHeadModel(cfg), "transformers"
+    except ImportError:
+        pass
+
+    class Block(nn.Module):
+        def __init__(self, d: int = 768, h: int = 12) -> None:
+            super().__init__()
+            self.h, self.ln1, self.ln2 = h, nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc, self.out, self.drop = nn.Linear(d, 4 * d), nn.Linear(4 * d, d), nn.Dropout(0.1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, dropout_p=0.1, is_causal=True)
+            x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, t, d)))
+            return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh")))
+
+    class GPT2(nn.Module):
+        def __init__(self, vocab: int = 50257, d: int = 768, layers: int = 4, ctx: int = 1024) -> None:
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
+            self.blocks, self.ln, self.drop = nn.ModuleList(Block(d) for _ in range(layers)), nn.LayerNorm(d), \
+                nn.Dropout(0.1)
+            for m in self.modules():  # GPT-2's initialisation
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, std=0.02)
+
+        def forward(self, ids: torch.Tensor, labels: torch.Tensor):  # type: ignore[no-untyped-def]
+            x = self.drop(self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device)))
+            for blk in self.blocks:
+                x = blk(x)
+            logits = self.ln(x) @ self.wte.weight.t()
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1))
+            return type("Out", (), {"loss": loss})()
+
+    return GPT2(), "builtin"
+
+
+def worker(mode: str, kernels_json: str | None) -> None:
+    import torch
+
+    torch.manual_seed(0)
+    model, impl = _model()
+    model = model.cuda().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 50257, (8, 512), device="cuda")
+    prof = None
+    for step in range(STEPS):
+        if step == PROFILE_STEP:
+            torch.cuda.synchronize()
+            if mode == "kineto":
+                prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+                prof.__enter__()
+            else:
+                torch.cuda.profiler.start()
+            torch.cuda.nvtx.range_push(RANGE)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step == PROFILE_STEP:
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+            if prof is not None:
+                prof.__exit__(None, None, None)
+            else:
+                torch.cuda.profiler.stop()
+    torch.cuda.synchronize()
+    if prof is not None and kernels_json:
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = Path(tmp) / "t.json"
+            prof.export_chrome_trace(str(trace))
+            events = json.loads(trace.read_text())["traceEvents"]
+        kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["args"]["correlation"])
+        names: list[str] = []
+        index: dict[str, int] = {}
+        rows = []
+        t0 = min(e["ts"] for e in kernels)
+        for e in kernels:
+            a = e["args"]
+            i = index.setdefault(e["name"], len(names))
+            if i == len(names):
+                names.append(e["name"])
+            rows.append([i, *a["grid"], *a["block"], a.get("registers per thread", -1), a.get("shared memory", -1),
+                         round(e["dur"] * 1000), round((e["ts"] - t0) * 1000), a["correlation"], a.get("stream", -1)])
+        Path(kernels_json).write_text(json.dumps({
+            "source": f"torch.profiler over step {PROFILE_STEP}, GPT-2 4 layers ({impl}), {torch.cuda.get_device_name()}",
+            "columns": ["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
+                        "shared_memory_bytes", "dur_ns", "start_ns", "correlation", "stream"],
+            "names": names, "rows": rows, "model": impl}))
+
+
+# --- the driver ---------------------------------------------------------------------------------------------------
+def _timed(cmd: list[str], timeout: float) -> tuple[float, int | None, str]:
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return time.monotonic() - t0, p.returncode, (p.stdout + p.stderr)[-2000:]
+    except subprocess.TimeoutExpired:
+        return time.monotonic() - t0, None, "timeout"
+
+
+def _profile_from(kernels_json: Path):  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    from dnnprof.model.profile import Profile
+    from dnnprof.model.schema import empty_table
+
+    doc = json.loads(kernels_json.read_text())
+    rows = np.asarray(doc["rows"], dtype=np.int64)
+    p = Profile()
+    ids = np.asarray([p.intern(n) for n in doc["names"]], dtype=np.int32)
+    t = empty_table("kernels", len(rows))
+    for j, col in enumerate(doc["columns"]):
+        t[col if col != "name" else "name_id"] = ids[rows[:, j]] if col == "name" else rows[:, j].astype(t[col].dtype)
+    order = np.argsort(t["start_ns"], kind="stable")
+    p.tables["kernels"] = {c: v[order] for c, v in t.items()}
+    p.tables["kernels"]["step"][:] = PROFILE_STEP
+    p.tables["kernels"]["rank"][:] = 0
+    return p
+
+
+def _ncu_run(name: str, cmd: list[str], log: Path, profile, timeout: float) -> dict:  # type: ignore[no-untyped-def]
+    from dnnprof.analysis.bounds import compute_bounds
+    from dnnprof.analysis.counters_join import join_counters
+    from dnnprof.collect.ncu import run_ncu
+
+    res = run_ncu(cmd, log, timeout_s=timeout)
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    row = {"run": name, "status": res.status, "message": res.message, "wall_s": round(res.wall_s, 2),
+           "profiled_launches": len(res.table) if res.table is not None else 0,
+           "progress_lines": len(re.findall(r'==PROF== Profiling "', text)), "command": cmd, "log": str(log)}
+    if res.table is not None:
+        p = profile()
+        j = join_counters(p, res.table, steps=[PROFILE_STEP])
+        b = compute_bounds(res.table.metrics)
+        row.update(coverage=round(j.coverage, 4), matched_launches=j.matched_kernels, total_launches=j.total_kernels,
+                   ncu_signatures=len(j.groups), unmatched_ncu_launches=len(j.unmatched_ncu_rows),
+                   passes=float(res.table.metric("profiler__replayer_passes")[0]) if res.table.has(
+                       "profiler__replayer_passes") else None,
+                   bound_classes={k: int((b.bound == k).sum()) for k in sorted(set(b.bound.tolist()))})
+    print(f"[{name}] {row['status']} {row['wall_s']} s, {row['profiled_launches']} launches, "
+          f"coverage {row.get('coverage')}", flush=True)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker", choices=["plain", "kineto"])
+    ap.add_argument("--kernels-json")
+    ap.add_argument("--quick", action="store_true", help="skip the all-kernels run and extra strategies")
+    ap.add_argument("--strategies", default="auto,first-per-config,first-invocation,name")
+    ap.add_argument("--full-timeout", type=float, default=240.0, help="stop the all-kernels run after this long")
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker, args.kernels_json)
+        return
+
+    import numpy as np
+
+    from dnnprof.collect import ncu as N
+    from dnnprof.ingest.ncu_csv import read_ncu_csv, read_ncu_report
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    me = [sys.executable, str(Path(__file__).resolve())]
+    ncu = N.find_ncu()
+    results: dict = {"runs": [], "env": {"ncu": ncu}}
+    if ncu is None:
+        sys.exit("ncu not found (PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-compute/*); set DNNPROF_NCU")
+    results["env"]["ncu_version"] = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip()
+    scope = "--nvtx-push-pop-scope" in N.ncu_help(ncu)
+    results["env"]["push_pop_scope_option"] = scope
+
+    wall, rc, tail = _timed([*me, "--worker", "plain"], 600)
+    results["runs"].append({"run": "plain", "wall_s": round(wall, 2), "returncode": rc, "tail": tail[-500:]})
+    print(f"[plain] {wall:.1f} s rc={rc}", flush=True)
+    kj = OUT / "kernels_step3.json"
+    wall, rc, tail = _timed([*me, "--worker", "kineto", "--kernels-json", str(kj)], 600)
+    results["runs"].append({"run": "kineto", "wall_s": round(wall, 2), "returncode": rc, "tail": tail[-500:]})
+    if not kj.is_file():
+        sys.exit(f"kineto run failed: {tail}")
+
+    def profile():  # type: ignore[no-untyped-def]
+        return _profile_from(kj)
+
+    import torch
+
+    cc = "{}.{}".format(*torch.cuda.get_device_capability())
+    results["env"].update(gpu=torch.cuda.get_device_name(), cc=cc, torch=torch.__version__,
+                          model=json.loads(kj.read_text())["model"])
+    seq = N.LaunchSequence.from_profile(profile(), step=PROFILE_STEP)
+    sel = N.select_signatures(seq, N.DEFAULT_COVERAGE)
+    results["step"] = {"launches": len(seq), "gpu_time_ns": int(seq.dur_ns.sum()),
+                       "unique_signatures": sel.unique_signatures, "selected_signatures": len(sel.signatures),
+                       "selected_coverage": round(sel.coverage, 4)}
+    print(f"[step] {len(seq)} launches, {sel.unique_signatures} signatures, {len(sel.signatures)} cover "
+          f"{100 * sel.coverage:.1f}%", flush=True)
+    target = [*me, "--worker", "plain"]
+
+    strategies = ["auto"] if args.quick else [s for s in args.strategies.split(",") if s]
+    seen: set[str] = set()
+    for strat in strategies:
+        plan = N.plan_filters(seq, sel, strat)
+        if plan.strategy in seen:
+            continue
+        seen.add(plan.strategy)
+        log = OUT / f"ncu_sel_{plan.strategy}.csv"
+        cmd = N.build_ncu_command(ncu, target, log, nvtx_range=RANGE, plan=plan, compute_capability=cc,
+                                  process_scope=scope)
+        row = _ncu_run(f"sel-{plan.strategy}", cmd, log, profile, 600)
+        row.update(strategy=plan.strategy, requested=strat, predicted_launches=len(plan.profiled),
+                   options=plan.options(),
+                   predicted_coverage=round(plan.predicted_coverage, 4), predicted_missed=plan.missed_signatures,
+                   launch_count=plan.launch_count)
+        results["runs"].append(row)
+        if plan.strategy.startswith("first-") and row["profiled_launches"] == 0:
+            # invocation numbers may count launches outside the NVTX range: select the step with
+            # cudaProfilerStart/Stop instead (--profile-from-start off)
+            log2 = OUT / f"ncu_sel_{plan.strategy}_profiler_api.csv"
+            cmd2 = N.build_ncu_command(ncu, target, log2, nvtx_range=None, plan=plan, compute_capability=cc,
+                                       extra=["--profile-from-start", "off"])
+            row2 = _ncu_run(f"sel-{plan.strategy}-profiler-api", cmd2, log2, profile, 600)
+            row2.update(strategy=plan.strategy, predicted_launches=len(plan.profiled))
+            results["runs"].append(row2)
+
+    if not args.quick:
+        log = OUT / "ncu_full.csv"
+        cmd = N.build_ncu_command(ncu, target, log, nvtx_range=RANGE, plan=None, compute_capability=cc,
+                                  process_scope=scope)
+        results["runs"].append(_ncu_run("full", cmd, log, profile, args.full_timeout))
+
+    # details-page fixture and the .ncu-rep path
+    rep = OUT / "details"
+    base = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{RANGE}/"]
+    base += ["--nvtx-push-pop-scope", "process"] if scope else []
+    wall, rc, tail = _timed([*base, "--section", "SpeedOfLight", "--section", "LaunchStats", "--section", "Occupancy",
+                             "--kernel-name-base", "demangled", "--kernel-name",
+                             "regex:nvjet|gemm|layer_norm|softmax|sdpa|fused_dropout|elementwise",
+                             "--launch-count", "8", "--kill", "yes", "-f", "-o", str(rep), *target], 600)
+    det: dict = {"run": "details", "wall_s": round(wall, 2), "returncode": rc}
+    if Path(f"{rep}.ncu-rep").is_file():
+        for name, extra in (("ncu_details_labels.csv", []), ("ncu_details_names.csv", ["--print-metric-name", "name"]),
+                            ("ncu_details_raw.csv", ["--page", "raw"])):
+            out = subprocess.run([ncu, "--import", f"{rep}.ncu-rep", "--csv", *extra], capture_output=True,
+                                 text=True, timeout=300).stdout
+            (OUT / name).write_text(out)
+            try:
+                det[name] = {"launches": len(read_ncu_csv(OUT / name))}
+            except ValueError as e:
+                det[name] = {"error": str(e)}
+        try:
+            r = read_ncu_report(f"{rep}.ncu-rep")
+            raw = read_ncu_csv(OUT / "ncu_details_raw.csv")
+            det["ncu_report"] = {"launches": len(r), "duration_matches_csv": bool(np.allclose(
+                r.metric("gpu__time_duration.sum"), raw.metric("gpu__time_duration.sum"), rtol=1e-6))}
+        except ValueError as e:
+            det["ncu_report"] = {"error": str(e)}
+    else:
+        det["tail"] = tail[-800:]
+    results["runs"].append(det)
+
+    (OUT / "ncu_gpt2_counters.json").write_text(json.dumps(results, indent=1, default=str))
+    plain = next(r["wall_s"] for r in results["runs"] if r["run"] == "plain")
+    print(f"\nGPU {results['env']['gpu']} (cc {cc}), {results['env']['ncu_version'].splitlines()[-1]}, model "
+          f"{results['env']['model']}; step: {len(seq)} launches, {sel.unique_signatures} signatures, "
+          f"{len(sel.signatures)} for {100 * sel.coverage:.1f}% of {seq.dur_ns.sum() / 1e6:.2f} ms GPU time")
+    print(f"{'run':<36}{'status':<16}{'wall s':>8}{'x plain':>9}{'launches':>10}{'predicted':>11}{'coverage':>10}")
+    for r in results["runs"]:
+        cov = r.get("coverage")
+        print(f"{r['run']:<36}{r.get('status', 'rc=' + str(r.get('returncode'))):<16}{r['wall_s']:>8.1f}"
+              f"{r['wall_s'] / plain:>9.2f}{r.get('profiled_launches', ''):>10}{r.get('predicted_launches', ''):>11}"
+              f"{'' if cov is None else f'{100 * cov:.1f}%':>10}")
+    met = [r["run"] for r in results["runs"] if r.get("coverage", 0) >= 0.95 and r["wall_s"] <= 25]
+    print(f"target (>= 95% of GPU time in <= 25 s): {'met by ' + ', '.join(met) if met else 'not met'}")
+
+
+if __name__ == "__main__":
+    main()
