@@ -84,3 +84,12 @@ def test_theoretical_occupancy_bounds_kinetos_estimate(name: str) -> None:
     ok = ~np.isnan(theo) & ~np.isnan(est)
     assert ok.mean() > 0.95
     assert np.all(est[ok] <= theo[ok] + 1.0)  # Kineto rounds to whole percent
+
+
+def test_with_stack_traces_name_the_user_function() -> None:
+    """torch's Python tracer names frames 'file.py(<def line>): func'; library frames (torch/…) are skipped."""
+    doc = summarize(read_kineto(REC / "transformer_train_with_modules.json.gz"))
+    sources = {k["source"] for k in doc["kernels"]}
+    assert sources == {"record_traces.py:108 (step)"}
+    plain = summarize(read_kineto(REC / "transformer_train_bf16.json.gz"))
+    assert {k["source"] for k in plain["kernels"]} == {""}  # no stacks recorded, no source claimed

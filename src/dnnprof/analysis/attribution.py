@@ -15,6 +15,7 @@ engine evaluate_function, an op named ``…Backward…``, or linked by ``fwdbwd`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,7 @@ class Attribution:
     phase: np.ndarray  # int8 index into PHASES
     op_name: np.ndarray  # object array: the launching op ("" when none)
     level: str  # "module", "op" or "none": the best level reached for most GPU time
+    source: np.ndarray | None = None  # object array: innermost user-code frame "file.py:line (func)", "" unknown
 
 
 def inherit(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -118,12 +120,36 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     module[linked] = module[fwd_link[linked]]
     top_linked = fwd_link >= 0
     top_op[top_linked] = top_op[fwd_link[top_linked]]
+    # Source line: the innermost Python frame of user code above the op (with_stack traces record frames as
+    # python_function events named "path/file.py(123): func"); backward work takes its forward op's line.
+    own_src = np.full(n, -1, dtype=np.int64)
+    py_rows = np.flatnonzero(is_py)
+    if py_rows.size:
+        frames = {s_: _user_frame(s_) for s_ in set(names[py_rows].tolist())}
+        labels = {f: profile.intern(f) for f in set(frames.values()) if f}
+        own_src[py_rows] = [labels.get(frames[s_], -1) for s_ in names[py_rows]]
+    source = inherit(own_src, parent)
+    src_linked = (source < 0) & (fwd_link >= 0)
+    source[src_linked] = source[fwd_link[src_linked]]
     input_copy = _flag(profile, names, lambda s: s in _INPUT_COPY_OPS)
     top_input_copy = np.zeros(n, dtype=bool)
     ok = top_op >= 0
     top_input_copy[ok] = input_copy[top_op[ok]]
     return {"names": names, "module": module, "top_op": top_op, "optimizer": optimizer, "backward": backward,
-            "dataloader": dataloader, "input_copy": top_input_copy}
+            "dataloader": dataloader, "input_copy": top_input_copy, "source": source}
+
+
+_FRAME = re.compile(r"^(?P<path>.+?\.py)\((?P<line>\d+)\): (?P<func>.+)$")
+#: Frames from these places are library code, not the user's: the source line is the first frame outside them.
+_LIBRARY_PATHS = ("site-packages/", "dist-packages/", "/torch/", "torch/nn/", "/lib/python", "<frozen", "<string>",
+                  "/dnnprof/")
+
+
+def _user_frame(name: str) -> str:
+    m = _FRAME.match(name)
+    if not m or any(x in m.group("path") for x in _LIBRARY_PATHS) or m.group("path").startswith("torch/"):
+        return ""
+    return f"{m.group('path')}:{m.group('line')} ({m.group('func')})"
 
 
 def _dnnprof_layer(s: str) -> str:
@@ -152,6 +178,7 @@ def attribute(profile: Profile, table: str = "kernels") -> Attribution:
              for k, v in f.items()}
         f["module"][:] = -1
         f["top_op"][:] = -1
+        f["source"][:] = -1
     module = np.where(has_op, f["module"][r], -1)
     top = np.where(has_op, f["top_op"][r], -1)
     strings = np.asarray([*profile.strings, ""], dtype=object)
@@ -164,9 +191,12 @@ def attribute(profile: Profile, table: str = "kernels") -> Attribution:
     other = ~has_op | (has_op & f["dataloader"][r]) | (has_op & (module < 0) & f["input_copy"][r])
     phase[other] = PHASES.index("other")
     op_name = np.where(has_op, f["names"][r], "")
+    src_id = np.where(has_op, f["source"][r], -1)
+    source = np.where(src_id >= 0, strings[np.where(src_id >= 0, src_id, -1)], "").astype(object)
     dur = t["dur_ns"].astype(np.float64)
     total = dur.sum() or 1.0
     by_module = dur[module >= 0].sum() / total
     by_op = dur[has_op].sum() / total
     level = "module" if by_module >= 0.5 else ("op" if by_op >= 0.5 else "none")
-    return Attribution(layer=layer.astype(object), phase=phase, op_name=op_name.astype(object), level=level)
+    return Attribution(layer=layer.astype(object), phase=phase, op_name=op_name.astype(object), level=level,
+                       source=source)

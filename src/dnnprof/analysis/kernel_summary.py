@@ -34,6 +34,7 @@ class KernelRow:
     shared_memory_bytes: int
     est_achieved_occupancy_pct: float  # Kineto's estimate, time-weighted over calls (NaN when absent)
     rows: np.ndarray  # rows of the kernels table
+    source: str = ""  # user source line that launched most of its time (with_stack traces)
     theoretical_occupancy_pct: float = float("nan")  # occupancy calculator, time-weighted over calls
     occupancy_limiters: tuple[str, ...] = ()  # what limits the launch configuration with the most time
 
@@ -85,6 +86,7 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
             est_achieved_occupancy_pct=float(np.average(o[ok], weights=d[ok])) if ok.any() and d[ok].sum() > 0
             else (float(o[ok].mean()) if ok.any() else float("nan")),
             rows=rows,
+            source=str(_dominant(attribution.source[rows], d)) if attribution.source is not None and rows.size else "",
             **_occupancy_fields(occupancy, rows, d, best),
         ))
     out.sort(key=lambda r: -r.total_ns)

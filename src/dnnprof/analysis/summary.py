@@ -136,7 +136,7 @@ def _kernel_json(r: KernelRow) -> dict[str, Any]:
         "name": r.name, "short_name": r.short_name, "family": r.family, "tensor_core": r.tensor_core,
         "precision": r.precision, "calls": r.calls, "total_us": _us(r.total_ns), "pct": _num(r.pct, 3),
         "mean_us": _us(r.mean_ns), "min_us": _us(r.min_ns), "max_us": _us(r.max_ns),
-        "layer": r.layer, "phase": r.phase, "grid": r.grid, "block": r.block,
+        "layer": r.layer, "phase": r.phase, "source": r.source, "grid": r.grid, "block": r.block,
         "registers_per_thread": r.registers_per_thread if r.registers_per_thread >= 0 else None,
         "shared_memory_bytes": r.shared_memory_bytes if r.shared_memory_bytes >= 0 else None,
         "est_achieved_occupancy_pct": _num(r.est_achieved_occupancy_pct),
