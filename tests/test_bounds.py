@@ -14,6 +14,7 @@ from dnnprof.analysis.counters_join import (
     kernel_base_name,
     kernel_name_words,
     match_counters,
+    ncu_launch_rows,
     profile_bounds,
 )
 from dnnprof.ingest.ncu_csv import read_ncu_csv
@@ -278,3 +279,14 @@ def test_unknown_registers_match_any_and_steps_restrict() -> None:
 def test_profile_without_counters() -> None:
     rows, b = profile_bounds(Profile())
     assert len(rows) == 0 and len(b) == 0
+
+
+def test_ncu_csv_on_its_own_gives_a_per_kernel_table() -> None:
+    t = read_ncu_csv(DATA / "ncu_raw.csv")
+    rows = ncu_launch_rows(t)
+    assert len(rows) == len(t) and rows[0]["kernel_name"].startswith("void cutlass::Kernel2")  # the LM head
+    assert rows[0]["duration_ns"] == 3_354_720.0 and rows[0]["grid"] == [256, 50, 1]
+    assert rows[0]["registers_per_thread"] == 254 and rows[0]["shared_memory_bytes"] == 32_768
+    durations = [r["duration_ns"] for r in rows]
+    assert durations == sorted(durations, reverse=True)
+    json.dumps(rows)  # plain data, ready for the summary JSON

@@ -254,3 +254,16 @@ def profile_bounds(profile: Profile) -> tuple[np.ndarray, B.KernelBounds]:
     if not len(rows):
         return rows, B.compute_bounds({B.M_DURATION: np.zeros(0)})
     return rows, B.compute_bounds(metrics)
+
+
+def ncu_launch_rows(ncu: NcuRows) -> list[dict[str, object]]:
+    """One summary row per ncu launch — for an ncu CSV analysed on its own (``dnnprof analyze ncu.csv``): the launch
+    geometry plus :meth:`~bounds.KernelBounds.row`, longest first."""
+    b = B.compute_bounds(ncu.metrics) if len(ncu) else B.compute_bounds({B.M_DURATION: np.zeros(0)})
+    smem = np.asarray(ncu.smem_bytes)
+    rows = [{"kernel_name": str(ncu.kernel_name[i]), "grid": [int(x) for x in ncu.grid[i]],
+             "block": [int(x) for x in ncu.block[i]], "registers_per_thread": int(ncu.registers_per_thread[i]),
+             "shared_memory_bytes": int(smem[i]),
+             "duration_ns": float(b.duration_ns[i]) if np.isfinite(b.duration_ns[i]) else None, **b.row(i)}
+            for i in range(len(ncu))]
+    return sorted(rows, key=lambda r: -(r["duration_ns"] or 0.0))  # type: ignore[operator]
