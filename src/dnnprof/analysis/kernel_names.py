@@ -69,7 +69,7 @@ _GENERIC = frozenset({"vectorized_elementwise_kernel", "unrolled_elementwise_ker
 
 def _split_name(full: str) -> tuple[str, str]:
     """(qualified function name, template argument text) of a demangled kernel signature."""
-    s = full.strip().replace("(anonymous namespace)", "anonymous_namespace")
+    s = full.strip().replace("(anonymous namespace)", "anonymous_namespace").replace("<unnamed>", "anonymous_namespace")
     if s.startswith("void "):
         s = s[5:]
     depth, cut = 0, len(s)

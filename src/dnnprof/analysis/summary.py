@@ -108,7 +108,7 @@ def summary_of(a: Analysis) -> dict[str, Any]:
             "attributed_pct": _num(100.0 * float(kd[a.attribution.layer != ""].sum()) / kernel_total)
             if kernel_total else None,
         },
-        "kernels": [_kernel_json(r) for r in a.kernels],
+        "kernels": _with_counters(p, [_kernel_json(r) for r in a.kernels]),
         "families": _families_json(a.kernels),
         "layers": [{"name": g.name, "total_us": _us(g.total_ns), "pct": _num(g.pct), "kernel_calls": g.calls}
                    for g in layer_rows if g.name],
@@ -117,6 +117,38 @@ def summary_of(a: Analysis) -> dict[str, Any]:
         "findings": [],
     }
     return doc
+
+
+def _with_counters(p: Profile, kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add Nsight Compute counter fields to each kernel that has them (time-weighted over its counted launches;
+    bytes and FLOPs per launch)."""
+    if p.tables["counters"]["kernel_row"].size == 0:
+        return kernels
+    from dnnprof.analysis.bounds import aggregate_bounds
+    from dnnprof.analysis.counters_join import profile_bounds
+
+    rows, kb = profile_bounds(p)
+    if not len(rows):
+        return kernels
+    k = p.tables["kernels"]
+    names = p.names(k["name_id"][rows])
+    groups = {g.key: g for g in aggregate_bounds(kb, names, weights_ns=k["dur_ns"][rows].astype(np.float64))}
+    for kj in kernels:
+        g = groups.get(kj["name"])
+        if g is None:
+            continue
+        kj.update({
+            "achieved_occupancy_pct": _num(g.achieved_occupancy_pct),
+            "sm_throughput_pct": _num(g.sm_throughput_pct),
+            "memory_throughput_pct": _num(g.memory_throughput_pct),
+            "dram_bytes": _num(g.dram_bytes / g.launches, 0) if g.launches else None,
+            "flops": _num(g.flops / g.launches, 0) if g.launches else None,
+            "arithmetic_intensity": _num(g.arithmetic_intensity, 3),
+            "waves_per_sm": _num(g.waves_per_sm),
+            "bound": g.bound or None,
+            "counted_launches": g.launches,
+        })
+    return kernels
 
 
 def _families_json(rows: list[KernelRow]) -> list[dict[str, Any]]:

@@ -1,0 +1,33 @@
+"""Terminal table of Nsight Compute counters per kernel (``dnnprof.counters/1``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _f(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def render_counters(doc: dict[str, Any], console: Console | None = None, top: int = 15) -> None:
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console.width = max(console.width, 180)
+    t = Table(title=f"Nsight Compute counters: {doc['launches']} launches, {len(doc['kernels'])} kernels "
+                    f"({doc['source']['path']})", title_justify="left")
+    for col in ("Time %", "Total µs", "Launches", "SM %", "Mem %", "Ach. occ %", "Waves", "DRAM B/launch",
+                "FLOP/launch", "AI", "Bound", "Kernel"):
+        t.add_column(col, justify="left" if col in ("Bound", "Kernel") else "right", no_wrap=True,
+                     overflow="ellipsis", max_width=64 if col == "Kernel" else None)
+    for k in doc["kernels"][:top]:
+        t.add_row(_f(k["pct"]), _f(k["total_us"], "{:,.1f}"), str(k["launches"]), _f(k["sm_throughput_pct"]),
+                  _f(k["memory_throughput_pct"]), _f(k["achieved_occupancy_pct"]), _f(k["waves_per_sm"], "{:.2f}"),
+                  _f(k["dram_bytes"], "{:,.0f}"), _f(k["flops"], "{:,.0f}"), _f(k["arithmetic_intensity"], "{:.2f}"),
+                  k["bound"] or "-", k["short_name"])
+    console.print(t)
+    shares = ", ".join(f"{b} {v:.0f}%" for b, v in doc["bound_share_pct"].items())
+    console.print(f"time by bound class: {shares}")

@@ -1,0 +1,37 @@
+"""`dnnprof analyze ncu.csv`: an Nsight Compute CSV on its own gives the per-kernel counters table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dnnprof.cli.main import main
+
+NCU = Path(__file__).parent / "data" / "ncu_gpt2_h200"
+
+
+def test_analyze_ncu_raw_csv(tmp_path: Path) -> None:
+    out = tmp_path / "c.json"
+    assert main(["analyze", str(NCU / "ncu_raw.csv"), "--json", str(out), "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "dnnprof.counters/1"
+    assert doc["launches"] == sum(k["launches"] for k in doc["kernels"])
+    assert sum(k["pct"] for k in doc["kernels"]) == pytest.approx(100, abs=0.05)
+    top = doc["kernels"][0]
+    assert top["short_name"] == "cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1"
+    assert top["tensor_core"] is True
+    assert top["flops"] > 1e11 and top["arithmetic_intensity"] > 100  # the LM-head GEMM is compute-heavy
+    names = {k["short_name"] for k in doc["kernels"]}
+    assert "cunn_SoftMaxForward" in names  # ncu's '<unnamed>' namespaces are cleaned like Kineto's
+
+
+def test_analyze_ncu_permission_error_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "ncu.csv"
+    bad.write_text("==PROF== Connected to process 123\n==ERROR== ERR_NVGPUCTRPERM - The user does not have "
+                   "permission to access NVIDIA GPU Performance Counters on the target device 0.\n")
+    assert main(["analyze", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "ERR_NVGPUCTRPERM" in err[0] or "permission" in err[0]
