@@ -16,6 +16,9 @@ COMMANDS = [
     "analyze",
     "device",
     "occupancy",
+    "run",
+    "profile",
+    "workloads",
 ]
 
 app = typer.Typer(

@@ -1,0 +1,126 @@
+"""``dnnprof run [OPTIONS] -- COMMAND…``: profile an unmodified training or inference script."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from dnnprof.cli.errors import UserError
+
+_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def summarizer(profile: Any) -> dict[str, Any]:
+    """``summarize()`` plus the expert-system findings when this build has them (the run's summary.json)."""
+    from dnnprof.analysis.summary import summarize
+
+    doc = summarize(profile)
+    try:
+        from dnnprof.analysis.rules import findings_for
+    except ImportError:
+        return doc
+    doc["findings"] = findings_for(profile, doc, rank=0)
+    return doc
+
+
+def counters_joiner(profile: Any, table: Any) -> Any:
+    """Fill a profile's ``counters`` table from an Nsight Compute result (for ``--counters``)."""
+    from dnnprof.analysis.counters_join import join_counters
+
+    return join_counters(profile, table)
+
+
+def capture_config(*, warmup_steps: int, steps: int, full: bool, counters: bool, step_marker: str | None,
+                   stop_after_profile: bool, nvml: bool, nvml_period_ms: float) -> Any:
+    """The collector settings from command-line options (raises UserError on a bad value)."""
+    from dnnprof.collect.config import CollectorConfig
+
+    cfg = CollectorConfig(mode="full" if full else "default", warmup_steps=warmup_steps, steps=steps,
+                          step_marker=step_marker, stop_after_profile=stop_after_profile, nvml=nvml,
+                          nvml_period_s=nvml_period_ms / 1000.0, counters=counters)
+    try:
+        return cfg.validate()
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def report(result: Any, quiet: bool = False) -> None:
+    """A few lines on stderr: where the run went, the step time and what the capture cost."""
+    say = lambda m: print(f"dnnprof: {m}", file=sys.stderr)  # noqa: E731
+    for m in result.messages:
+        say(m)
+    if quiet:
+        return
+    s = result.summary or {}
+    t = s.get("throughput") or {}
+    o = s.get("overhead") or {}
+    if t.get("step_time_median_us") is not None:
+        line = f"{t['steps']} steps profiled, step time median {t['step_time_median_us'] / 1000:.2f} ms"
+        if t.get("items_per_s") is not None:
+            line += f", {t['items_per_s']:.1f} {t.get('unit') or 'items/s'}"
+        if o.get("dilation") is not None:
+            line += f", profiler dilation {o['dilation']:.3f}x vs {o['baseline']['count']} unprofiled steps"
+        say(line)
+    att = (result.meta.get("capture") or {}).get("attribution") or {}
+    if att.get("matched_kernels_pct") is not None:
+        say(f"attribution: {att['matched_kernels_pct']}% of timed kernels matched to ops/layers")
+    state = "complete" if result.complete else "INCOMPLETE"
+    say(f"run directory ({state}): {result.run_dir}")
+    if result.profile_dir is not None:
+        say(f"report: dnnprof analyze {result.run_dir}")
+
+
+def run(
+    ctx: typer.Context,
+    warmup_steps: int = typer.Option(5, "--warmup-steps", help="Unprofiled steps before the window (>= 1)."),
+    steps: int = typer.Option(10, "--steps", help="Steps in the profiled window."),
+    out: Path | None = typer.Option(None, "--out", help="Run directory (default dnnprof-runs/<name>-<UTC time>)."),
+    name: str | None = typer.Option(None, "--name", help="Run name (default: the script's name)."),
+    full: bool = typer.Option(False, "--full", help="One window with shapes, stacks, modules and memory events "
+                                                     "(more detail, more overhead)."),
+    counters: bool = typer.Option(False, "--counters", help="Then run the command again under Nsight Compute "
+                                                             "for hardware counters of one step."),
+    step_marker: str | None = typer.Option(None, "--step-marker", help="record_function/NVTX range name that ends "
+                                                                       "each iteration (default: optimizer steps)."),
+    stop_after_profile: bool = typer.Option(False, "--stop-after-profile", help="End the script once the profile "
+                                                                                "is collected."),
+    no_nvml: bool = typer.Option(False, "--no-nvml", help="Do not sample NVML/GPM."),
+    nvml_period_ms: float = typer.Option(20.0, "--nvml-period-ms", help="NVML/GPM sampling period (5–1000 ms)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and notes."),
+) -> None:
+    """Profile an unmodified script: dnnprof run [OPTIONS] -- python train.py ARGS…
+
+    Iterations are found by themselves (optimizer steps), warm-up is skipped, a steady window is profiled at
+    low overhead, and the script runs to the end with its output and exit code intact.
+    """
+    from dnnprof.collect.rundir import RunDirError
+    from dnnprof.collect.session import run_command
+
+    command = [a for a in ctx.args]
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UserError("no command: dnnprof run [OPTIONS] -- python train.py ARGS…")
+    cfg = capture_config(warmup_steps=warmup_steps, steps=steps, full=full, counters=counters,
+                         step_marker=step_marker, stop_after_profile=stop_after_profile, nvml=not no_nvml,
+                         nvml_period_ms=nvml_period_ms)
+    try:
+        result = run_command(command, cfg, name=name, out=out, summarize=summarizer,
+                             counters_join=counters_joiner if counters else None)
+    except (RunDirError, FileNotFoundError, ValueError) as e:
+        raise UserError(str(e)) from None
+    report(result, quiet)
+    exit_with(result.exit_code)
+
+
+def exit_with(code: int) -> None:
+    """End the command with the profiled script's exit code (SystemExit passes through the CLI unchanged)."""
+    if code:
+        sys.exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run", context_settings=_CONTEXT)(run)

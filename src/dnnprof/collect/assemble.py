@@ -1,0 +1,180 @@
+"""From what the collector left in a run directory (raw traces, ``collector.json``, samples) to one Profile.
+
+* clock: the offset between the wall clock the collector used (``time.time_ns``) and the trace clock, from a
+  probe whose wall-clock bracket is known (a ``dnnprof.clock_sync`` range or a ``cudaDeviceSynchronize``);
+* steps: a timing window has no CPU ranges, so its steps come from the collector's boundary times; CPU windows
+  carry ``ProfilerStep#N`` ranges, which the Kineto reader already turned into steps;
+* attribution: the attribution window is joined onto the timing window (``join``);
+* module ranges: recorded with the fast record-function (Kineto files them as ``cpu_op``), relabelled here as the
+  ``user_annotation`` ranges they are;
+* samples: NVML/GPM readings moved onto the trace clock.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dnnprof.collect.config import RESULT_FILE
+from dnnprof.collect.join import join_attribution
+from dnnprof.collect.modranges import PREFIX
+from dnnprof.ingest.kineto import read_kineto
+from dnnprof.model.profile import Profile
+from dnnprof.model.schema import OP_CATEGORIES, empty_table
+from dnnprof.model.steps import assign_steps
+
+_STEP_SOURCE = {"optimizer": "optimizer", "marker": "marker", "explicit": "marker"}
+#: Samples kept this far around the profiled windows (GPM values describe the preceding ~0.1 s).
+SAMPLE_MARGIN_NS = 1_000_000_000
+
+
+class AssembleError(ValueError):
+    """The run directory has nothing a profile can be built from; the message says why."""
+
+
+def load_collector(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / RESULT_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise AssembleError(f"{path}: unreadable collector results ({e})") from None
+
+
+def clock_offset(profile: Profile, probe: dict[str, Any]) -> dict[str, Any]:
+    """Offset (ns) to add to a wall-clock time to get an absolute trace time, from a probe of ``profile``."""
+    out: dict[str, Any] = {"offset_ns": 0, "method": probe.get("method", "none"), "found": False}
+    if not probe:
+        out["note"] = "no clock probe; wall clock assumed equal to the trace clock"
+        return out
+    t0, t1 = int(probe["t0_ns"]), int(probe["t1_ns"])
+    table = "ops" if probe["method"] == "record_function" else "runtime"
+    t = profile.tables[table]
+    sid = profile.string_id(probe["name"])
+    rows = np.flatnonzero(t["name_id"] == sid) if sid >= 0 else np.empty(0, dtype=np.int64)
+    if rows.size == 0:
+        out["note"] = f"probe {probe['name']} not in the trace; wall clock assumed equal to the trace clock"
+        return out
+    base = int(profile.meta.get("base_time_ns", 0))
+    starts = t["start_ns"][rows] + base
+    ev = int(starts[np.argmin(np.abs(starts - (t0 + t1) // 2))])
+    # The event happened between t0 and t1 on the wall clock: shift only as far as needed to make that true.
+    out.update(offset_ns=int(ev - min(max(ev, t0), t1)), uncertainty_ns=t1 - t0, found=True)
+    return out
+
+
+def relabel_module_ranges(profile: Profile) -> int:
+    """Mark dnnprof's module ranges (``dnnprof.module:…``) as user annotations; returns how many."""
+    ops = profile.tables["ops"]
+    if not ops["name_id"].size:
+        return 0
+    ids = [i for i, s in enumerate(profile.strings) if s.startswith(PREFIX)]
+    sel = np.isin(ops["name_id"], np.asarray(ids, dtype=np.int32))
+    ops["category"][sel] = OP_CATEGORIES.index("user_annotation")
+    return int(sel.sum())
+
+
+def _read(run_dir: Path, window: dict[str, Any]) -> Profile:
+    profile = read_kineto(run_dir / window["trace"])
+    relabel_module_ranges(profile)
+    return profile
+
+
+def _timed_steps(profile: Profile, col: dict[str, Any], window: dict[str, Any], offset: int) -> list[int]:
+    first, last = int(window["first_step"]), int(window["last_step"])
+    starts = np.asarray(col["step_start_ns"], dtype=np.int64)
+    ends = np.asarray(col["step_end_ns"], dtype=np.int64)
+    numbers = np.arange(first, min(last, ends.size - 1) + 1, dtype=np.int32)
+    base = int(profile.meta.get("base_time_ns", 0))
+    assign_steps(profile, starts[numbers] + offset - base, ends[numbers] + offset - base,
+                 _STEP_SOURCE.get(col.get("step_source") or "", "marker"), numbers=numbers)
+    return numbers.tolist()
+
+
+def _whole_trace_step(profile: Profile) -> None:
+    if profile.tables["steps"]["number"].size:
+        return
+    lo, hi = [], []
+    for name in ("ops", "runtime", "kernels", "memcpy", "memset"):
+        t = profile.tables[name]
+        if t["start_ns"].size:
+            lo.append(int(t["start_ns"].min()))
+            hi.append(int((t["start_ns"] + t["dur_ns"]).max()))
+    if lo:
+        assign_steps(profile, np.array([min(lo)]), np.array([max(hi) + 1]), "whole_trace",
+                     numbers=np.array([0]))
+
+
+def add_samples(profile: Profile, columns: dict[str, Any], offset: int, lo_ns: int, hi_ns: int) -> int:
+    """Put NVML samples (wall-clock ``ts_ns``) into ``profile.tables["samples"]``; returns rows added."""
+    ts = np.asarray(columns.get("ts_ns", []), dtype=np.int64)
+    keep = np.flatnonzero((ts >= lo_ns - SAMPLE_MARGIN_NS) & (ts <= hi_ns + SAMPLE_MARGIN_NS))
+    ts = ts[keep]
+    order = np.argsort(ts, kind="stable")
+    keep = keep[order]
+    ids = np.array([profile.intern(n) for n in columns.get("metrics", [])] + [-1], dtype=np.int32)
+    t = empty_table("samples", keep.size)
+    t["rank"][:] = 0
+    t["device"][:] = np.asarray(columns.get("device", []), dtype=np.int16)[keep]
+    t["ts_ns"][:] = ts[order] + offset - int(profile.meta.get("base_time_ns", 0))
+    t["metric_id"][:] = ids[np.asarray(columns.get("metric", []), dtype=np.int64)[keep]]
+    t["value"][:] = np.asarray(columns.get("value", []), dtype=np.float64)[keep]
+    profile.tables["samples"] = t
+    return int(keep.size)
+
+
+def assemble(run_dir: Path, col: dict[str, Any]) -> tuple[Profile, dict[str, Any]]:
+    """The canonical profile of a run and a description of how it was put together.
+
+    Raises:
+        AssembleError: the collector recorded no trace (too few steps, or nothing ran).
+        dnnprof.ingest.errors.TraceError: a trace file is unreadable (e.g. cut short by a crash).
+    """
+    windows = {w["kind"]: w for w in col.get("windows", []) if w.get("trace")}
+    info: dict[str, Any] = {"windows": sorted(windows)}
+    if "timing" in windows:
+        profile = _read(run_dir, windows["timing"])
+        info["clock"] = clock = clock_offset(profile, windows["timing"].get("clock_probe", {}))
+        info["timed_steps"] = _timed_steps(profile, col, windows["timing"], clock["offset_ns"])
+        if "attribution" in windows:
+            attrib = _read(run_dir, windows["attribution"])
+            info["attribution_clock"] = clock_offset(attrib, windows["attribution"].get("clock_probe", {}))
+            attrib.meta["base_time_ns"] = int(attrib.meta.get("base_time_ns", 0)) + (
+                clock["offset_ns"] - info["attribution_clock"]["offset_ns"])
+            info["attribution"] = join_attribution(profile, attrib)
+            profile.meta["sources"] = [windows["timing"]["trace"], windows["attribution"]["trace"]]
+        else:
+            info["attribution"] = {"note": "no attribution window (the run ended first): kernels have no ops"}
+    elif windows:
+        kind = next(k for k in ("full", "cpu", "whole_run") if k in windows)
+        profile = _read(run_dir, windows[kind])
+        info["clock"] = clock_offset(profile, windows[kind].get("clock_probe", {}))
+        if kind == "whole_run":
+            _whole_trace_step(profile)
+        info["timed_steps"] = profile.tables["steps"]["number"].tolist()
+    else:
+        raise AssembleError(_no_trace_reason(col))
+    offset = int(info["clock"]["offset_ns"])
+    samples = run_dir / col["samples_file"] if col.get("samples_file") else None
+    if samples is not None and samples.is_file():
+        lo = min(int(w["started_ns"]) for w in windows.values())
+        hi = max(int(w["stopped_ns"] or w["started_ns"]) for w in windows.values())
+        info["samples"] = add_samples(profile, json.loads(samples.read_text()), offset, lo, hi)
+    return profile, info
+
+
+def _no_trace_reason(col: dict[str, Any]) -> str:
+    status = col.get("status")
+    if status == "too_few_steps":
+        plan = col.get("plan", {})
+        return (f"the script ended after {col.get('steps_completed', 0)} steps, before the profiled window "
+                f"(warm-up {plan.get('warmup')} + {plan.get('steps')} steps); run more iterations or lower "
+                "--warmup-steps/--steps")
+    if status == "no_steps":
+        return ("no iterations were found and no nn.Module ever ran, so nothing was recorded; mark iterations with "
+                "--step-marker NAME or dnnprof.step()")
+    return f"the collector recorded no trace (status {status!r})"

@@ -1,0 +1,128 @@
+"""Starting the collector inside an unmodified script.
+
+``dnnprof run`` puts ``collect/_boot`` first on ``PYTHONPATH``; its ``sitecustomize`` calls :func:`install` in the
+first Python process of the command (children inherit ``DNNPROF_OWNER_PID`` and stay out: DataLoader workers,
+helper subprocesses). The script itself runs exactly as it would without dnnprof — same interpreter, same
+``sys.argv``, same ``__main__``, same tracebacks — which is why no runpy launcher sits in between.
+
+Nothing torch-related happens until the script imports torch: an import watcher on ``sys.meta_path`` calls
+:func:`activate` right after ``import torch`` completes, so scripts that set ``CUDA_VISIBLE_DEVICES`` after
+start-up or never touch torch behave as before.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.util
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from dnnprof.collect.config import ENV_RUN_DIR, CollectorConfig
+
+OWNER_FILE = "owner.pid"
+BOOT_ERROR_FILE = "boot_error.txt"
+
+_controller: Any = None
+
+
+def controller() -> Any:
+    """The active :class:`~dnnprof.collect.controller.Controller` of this process, or None."""
+    return _controller
+
+
+class _TorchImportWatcher(importlib.abc.MetaPathFinder):
+    """Calls ``on_import(torch)`` once ``import torch`` has finished executing."""
+
+    def __init__(self, on_import: Callable[[ModuleType], None]) -> None:
+        self.on_import = on_import
+        self._busy = False
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != "torch" or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec("torch")
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+        watcher = self
+
+        def exec_module(module: ModuleType) -> None:
+            original(module)
+            if watcher in sys.meta_path:
+                sys.meta_path.remove(watcher)
+            watcher.on_import(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Arrange for :func:`activate` to run when torch is imported (now, if it already is)."""
+    run_dir = Path(os.environ[ENV_RUN_DIR])
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "nn"):
+        activate(torch, run_dir)
+        return
+    sys.meta_path.insert(0, _TorchImportWatcher(lambda mod: activate(mod, run_dir)))
+
+
+def _claim(run_dir: Path) -> bool:
+    try:
+        fd = os.open(run_dir / OWNER_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(str(os.getpid()))
+    return True
+
+
+def activate(torch: ModuleType, run_dir: Path) -> None:
+    """Create the controller, hook it into torch and into interpreter exit."""
+    global _controller
+    if _controller is not None or not _claim(run_dir):
+        return
+    try:
+        from dnnprof.collect.controller import Controller
+
+        ctl = Controller(torch, run_dir, CollectorConfig.load(run_dir))
+        ctl.install()
+    except Exception as e:  # noqa: BLE001 - never break the user's script; say why profiling is off
+        (run_dir / BOOT_ERROR_FILE).write_text(f"{type(e).__name__}: {e}\n")
+        print(f"dnnprof: collector failed to start ({type(e).__name__}: {e}); the script runs unprofiled",
+              file=sys.stderr)
+        return
+    _controller = ctl
+    atexit.register(_at_exit, ctl)
+    previous = sys.excepthook
+
+    def excepthook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        ctl.note_exception(exc_type, exc)
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = excepthook
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        # SIGTERM would kill the process before atexit: turn it into SystemExit so the profile gets flushed.
+        def on_term(signum: int, frame: Any) -> None:
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, on_term)
+
+
+def _at_exit(ctl: Any) -> None:
+    if ctl.exception is None:
+        last = getattr(sys, "last_value", None)
+        if last is not None:
+            ctl.note_exception(type(last), last)
+    ctl.finalize()

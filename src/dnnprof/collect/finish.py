@@ -1,0 +1,153 @@
+"""The end of a run: collector results + raw traces → profile, meta.json, summary.json; then the atomic rename."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dnnprof.collect import metrics
+from dnnprof.collect.assemble import AssembleError, assemble, load_collector
+from dnnprof.collect.config import CollectorConfig, write_json_atomic
+from dnnprof.collect.rundir import RunDir
+from dnnprof.collect.session import RunResult
+from dnnprof.ingest.errors import TraceError
+
+RUN_FORMAT = "dnnprof.run/1"
+
+
+class ChildRefused(ValueError):
+    """The profiled workload refused its configuration on this machine (e.g. CUDA asked for, none present)."""
+HOW_TO_MARK = ("mark iterations with --step-marker NAME (a record_function or NVTX range around each iteration) "
+               "or call dnnprof.step() at the end of each iteration")
+
+
+def _not_started_reason(run_meta: dict[str, Any]) -> str:
+    if run_meta.get("boot_error"):
+        return f"the collector failed to start in the script: {run_meta['boot_error']}"
+    if not run_meta.get("owner_found"):
+        return ("the command never imported torch in a Python process dnnprof could reach (is it a PyTorch "
+                "program? 'python -I', '-E' or '-S' ignore the PYTHONPATH dnnprof uses)")
+    return "the profiled process ended without writing its results (killed by a signal or os._exit?)"
+
+
+def _messages(status: str, col: dict[str, Any] | None, run_meta: dict[str, Any], info: dict[str, Any]) -> list[str]:
+    msgs: list[str] = []
+    if status == "no_steps" and col is not None:
+        msgs.append(f"no iterations found (no optimizer.step() call): profiled the whole run as one window; {HOW_TO_MARK}")
+    elif status == "partial":
+        msgs.append("the script ended during the profiled window: the profile is partial")
+    if run_meta.get("interrupted"):
+        msgs.append("interrupted: what was collected has been kept")
+    if col is not None and col.get("notes"):
+        msgs += [n for n in col["notes"] if not n.startswith("NVML sampling turned off")]
+    exc = (col or {}).get("script", {}).get("exception")
+    if run_meta.get("exit_code"):
+        tail = f" ({exc['type']}: {exc['message'].splitlines()[0] if exc['message'] else ''})" if exc else ""
+        msgs.append(f"the script exited with code {run_meta['exit_code']}{tail}")
+    att = info.get("attribution") or {}
+    pct = att.get("matched_kernels_pct")
+    if pct is not None and pct < 90:
+        msgs.append(f"only {pct}% of timed kernels matched the attribution step: layers/ops are partial "
+                    "(the steps differ; --full records everything in one window)")
+    return msgs
+
+
+def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
+               summarize: Callable[[Any], dict[str, Any]] | None, echo: Callable[[str], None],
+               counters_join: Callable[[Any, Any], Any] | None = None) -> RunResult:
+    """Build and write everything the run directory holds, rename it into place, and describe the result.
+
+    Raises:
+        ChildRefused: the workload refused to start (bad knob for this machine); nothing is kept.
+    """
+    staging = rd.staging
+    if run_meta.get("child_error"):
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ChildRefused(run_meta["child_error"])
+    reason = ""
+    profile = None
+    info: dict[str, Any] = {}
+    try:
+        col = load_collector(staging)
+    except AssembleError as e:
+        col, reason = None, str(e)
+    if col is None:
+        status = "not_started"
+        reason = reason or _not_started_reason(run_meta)
+    else:
+        status = col.get("status", "partial")
+        try:
+            profile, info = assemble(staging, col)
+        except (AssembleError, TraceError) as e:
+            reason = str(e)
+    messages = _messages(status, col, run_meta, info)
+    if reason:
+        messages.insert(0, reason)
+    complete = profile is not None and status in ("complete", "no_steps")
+    if profile is not None and not reason and not complete:
+        reason = f"{messages[0] if messages else 'the run ended early'} (collector status {status})"
+    overhead = metrics.overhead(col) if col else {}
+    capture = {
+        "mode": config.mode,
+        "kinds": info.get("windows", []),
+        "step_source": (col or {}).get("step_source"),
+        "status": status,
+        "plan": (col or {}).get("plan"),
+        "windows": (col or {}).get("windows", []),
+        "timed_steps": info.get("timed_steps", []),
+        "clock": info.get("clock"),
+        "attribution": info.get("attribution"),
+        "samples": info.get("samples", 0),
+        "overhead": overhead,
+    }
+    meta: dict[str, Any] = {
+        "format": RUN_FORMAT,
+        "complete": complete,
+        "status": status,
+        "reason": reason,
+        **run_meta,
+        "finished_unix_s": time.time(),
+        "config": config.__dict__,
+        "capture": capture,
+        "environment": (col or {}).get("environment"),
+        "nvml": (col or {}).get("nvml"),
+        "script": (col or {}).get("script"),
+        "messages": messages,
+    }
+    summary = None
+    if profile is not None:
+        profile.meta.update({"run": {k: run_meta.get(k) for k in ("name", "command", "workload", "exit_code")},
+                             "capture": capture, "complete": complete,
+                             "source": {"path": str(rd.target(complete)), "format": "dnnprof-run"}})
+        if config.counters and complete:
+            from dnnprof.collect.counters_pass import counters_pass
+            from dnnprof.collect.session import child_env
+
+            echo("--counters: running the command again under Nsight Compute for one step")
+            capture["counters"] = counters_pass(staging, list(run_meta["command"]), config, profile,
+                                                capture["timed_steps"], child_env, counters_join)
+            if capture["counters"]["status"] != "ok":
+                messages.append(f"counters: {capture['counters']['message']}")
+        profile.save(staging / "profile")
+        samples = None
+        if col and col.get("samples_file") and (staging / col["samples_file"]).is_file():
+            samples = json.loads((staging / col["samples_file"]).read_text())
+        summary = {}
+        if summarize is not None:
+            try:
+                summary = summarize(profile)
+            except Exception as e:  # noqa: BLE001 - the capture is valid even when the analysis trips; say so
+                meta["summary_error"] = f"{type(e).__name__}: {e}"
+                messages.append(f"summary failed ({type(e).__name__}: {e}); the profile itself is fine")
+        summary.update(metrics.run_extras(col or {}, samples))
+        summary["run"] = {"complete": complete, "status": status, "mode": config.mode,
+                          "step_source": capture["step_source"], "dilation": overhead.get("dilation")}
+        write_json_atomic(staging / "summary.json", summary)
+    meta["files"] = sorted(p.name if p.is_file() else p.name + "/" for p in staging.iterdir())
+    write_json_atomic(staging / "meta.json", meta)
+    final = rd.finish(complete, reason)
+    return RunResult(run_dir=final, complete=complete, status=status, exit_code=int(run_meta.get("exit_code", 0)),
+                     interrupted=bool(run_meta.get("interrupted")), messages=messages, summary=summary, meta=meta)

@@ -1,0 +1,128 @@
+"""Joining the attribution window onto the timing window: one canonical profile from two cheap captures.
+
+The timing window records CUDA activity only (kernels, copies, runtime calls: ~1.02x step time); the attribution
+window, right after it, records CPU ops and module ranges as well (1.2–1.4x). The kernels of a training step
+repeat almost exactly from step to step (same launches, same order, same grid and block), so every timed kernel
+is matched to the kernel launched at the same place of a reference attribution step, and takes its launching op
+(``op_row``). Within a step, launches are ordered by CUPTI correlation id (launch order on the host); sequences
+that differ (an extra kernel, a different algorithm) are aligned with ``difflib`` on (name, grid, block), so
+only launches that agree on all of those are matched. The fraction matched is recorded in the profile's meta.
+
+The merged profile keeps the timing window's GPU rows, runtime calls and steps, and takes the attribution
+window's ops (rebased to the same trace clock) with ``step = -1``: they describe the typical step; they were not
+timed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import numpy as np
+
+from dnnprof.model.profile import Profile
+
+_ID_COLUMNS = ("name_id", "module_id", "stack_id", "input_dims_id")
+#: Below this share of matched launches a timed step is compared with the other attribution steps too.
+GOOD_MATCH = 0.9
+
+
+def _remap(src: Profile, dst: Profile) -> np.ndarray:
+    """``lut[i]`` = id in ``dst.strings`` of ``src.strings[i]`` (the last slot maps -1 to -1)."""
+    return np.array([dst.intern(s) for s in src.strings] + [-1], dtype=np.int32)
+
+
+def _keys(p: Profile, table: str, rows: np.ndarray) -> list[tuple[Any, ...]]:
+    t = p.tables[table]
+    names = p.names(t["name_id"][rows]).tolist()
+    if table == "kernels":
+        cols = [t[c][rows].tolist() for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")]
+        return list(zip(names, *cols, strict=True))
+    if table == "memcpy":
+        return list(zip(names, t["kind"][rows].tolist(), t["bytes"][rows].tolist(), strict=True))
+    if table == "memset":
+        return list(zip(names, t["bytes"][rows].tolist(), strict=True))
+    return [(n,) for n in names]
+
+
+def _step_rows(p: Profile, table: str, step: int) -> np.ndarray:
+    t = p.tables[table]
+    rows = np.flatnonzero(t["step"] == step)
+    order = np.lexsort((t["start_ns"][rows], t["correlation"][rows]))
+    return rows[order]
+
+
+def match_sequences(a: list[Any], b: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``(ia, ib)`` with ``a[ia[j]] == b[ib[j]]``, in order: the alignment of two launch sequences."""
+    if len(a) == len(b) and a == b:
+        idx = np.arange(len(a), dtype=np.int64)
+        return idx, idx
+    ia: list[int] = []
+    ib: list[int] = []
+    for blk in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+        ia.extend(range(blk.a, blk.a + blk.size))
+        ib.extend(range(blk.b, blk.b + blk.size))
+    return np.asarray(ia, dtype=np.int64), np.asarray(ib, dtype=np.int64)
+
+
+def _match_step(timing: Profile, attrib: Profile, t_step: int, a_step: int, table: str) -> tuple[np.ndarray, ...]:
+    ra = _step_rows(timing, table, t_step)
+    rb = _step_rows(attrib, table, a_step)
+    ia, ib = match_sequences(_keys(timing, table, ra), _keys(attrib, table, rb))
+    return ra, ra[ia], rb[ib]
+
+
+def join_attribution(timing: Profile, attrib: Profile) -> dict[str, Any]:
+    """Give ``timing`` the ops of ``attrib`` and point its kernels/copies/runtime calls at them, in place.
+
+    Both profiles must have steps. Returns the join statistics (also stored in ``timing.meta["attribution"]``).
+    """
+    t_steps = timing.tables["steps"]["number"].tolist()
+    a_steps = attrib.tables["steps"]["number"].tolist()
+    stats: dict[str, Any] = {"method": "launch-order join (correlation order within a step; name, grid, block)",
+                             "timed_steps": t_steps, "attribution_steps": a_steps}
+    if not t_steps or not a_steps:
+        stats.update(matched_kernels_pct=0.0, note="no steps to join")
+        timing.meta["attribution"] = stats
+        return stats
+
+    # 1. The attribution ops, on the timing profile's strings and clock.
+    lut = _remap(attrib, timing)
+    shift = int(attrib.meta.get("base_time_ns", 0)) - int(timing.meta.get("base_time_ns", 0))
+    ops = {c: v.copy() for c, v in attrib.tables["ops"].items()}
+    for c in _ID_COLUMNS:
+        ops[c] = lut[np.where(ops[c] < 0, len(lut) - 1, ops[c])]
+    ops["start_ns"] += shift
+    ops["step"][:] = -1
+    timing.tables["ops"] = ops
+
+    # 2. The reference attribution step: the one that best matches the last timed step (later wins ties).
+    def score(a_step: int) -> int:
+        return int(_match_step(timing, attrib, t_steps[-1], a_step, "kernels")[1].size)
+
+    reference = max(reversed(a_steps), key=score)
+    per_step: list[dict[str, Any]] = []
+    totals = {"kernels": [0, 0], "memcpy": [0, 0], "memset": [0, 0], "runtime": [0, 0]}
+    for s in t_steps:
+        ref = reference
+        matched = _match_step(timing, attrib, s, ref, "kernels")
+        n = max(matched[0].size, 1)
+        if matched[1].size / n < GOOD_MATCH and len(a_steps) > 1:
+            ref = max(reversed(a_steps), key=lambda a, s=s: _match_step(timing, attrib, s, a, "kernels")[1].size)
+        row: dict[str, Any] = {"step": s, "reference_step": ref}
+        for table in ("kernels", "memcpy", "memset", "runtime"):
+            rows, ta, tb = _match_step(timing, attrib, s, ref, table)
+            timing.tables[table]["op_row"][ta] = attrib.tables[table]["op_row"][tb]
+            totals[table][0] += int(ta.size)
+            totals[table][1] += int(rows.size)
+            if table == "kernels":
+                row["kernels"] = int(rows.size)
+                row["matched_pct"] = round(100.0 * ta.size / rows.size, 2) if rows.size else None
+        per_step.append(row)
+    for table, (m, n) in totals.items():
+        stats[f"matched_{table}_pct"] = round(100.0 * m / n, 2) if n else None
+        stats[f"{table}_in_timed_steps"] = n
+    stats["reference_step"] = reference
+    stats["per_step"] = per_step
+    timing.meta["attribution"] = stats
+    return stats

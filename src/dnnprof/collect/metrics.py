@@ -1,0 +1,152 @@
+"""TBD-style run metrics from the collector's results: throughput, step times, overhead, samples, memory.
+
+Step times here are host-side intervals between boundaries (what a user's training loop experiences; in steady
+state they equal the GPU's pace). "Baseline" steps ran with no profiler at all (the second half of the warm-up and
+a few steps after the windows), so ``dilation = profiled median / baseline median`` is the capture's cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dnnprof.collect.memory import summarize_memory
+
+#: GPM and NVML metrics reported in the summary, in this order (others follow alphabetically).
+KEY_METRICS = ("gpu_util_pct", "sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_bw_util_pct",
+               "power_w", "sm_clock_mhz", "memory_used_bytes", "temperature_c")
+
+
+def _us(ns: float | None) -> float | None:
+    return None if ns is None else round(float(ns) / 1000.0, 3)
+
+
+def step_durations(col: dict[str, Any]) -> dict[int, int]:
+    """Host-side duration (ns) of every completed step, by step index."""
+    starts, ends = col.get("step_start_ns", []), col.get("step_end_ns", [])
+    return {i: int(e - s) for i, (s, e) in enumerate(zip(starts, ends, strict=False))}
+
+
+def _window(col: dict[str, Any], kind: str) -> range:
+    for w in col.get("windows", []):
+        if w["kind"] == kind:
+            return range(int(w["first_step"]), int(w["last_step"]) + 1)
+    return range(0)
+
+
+def timed_window(col: dict[str, Any]) -> range:
+    """The steps whose times the profile reports (timing window, else the single full/cpu window)."""
+    for kind in ("timing", "full", "cpu"):
+        r = _window(col, kind)
+        if len(r):
+            return r
+    return range(0)
+
+
+def _stats(values: list[int]) -> dict[str, float | None]:
+    if not values:
+        return {"median_us": None, "p90_us": None, "mean_us": None, "count": 0}
+    a = np.asarray(values, dtype=np.float64)
+    return {"median_us": _us(float(np.median(a))), "p90_us": _us(float(np.percentile(a, 90))),
+            "mean_us": _us(float(a.mean())), "count": int(a.size)}
+
+
+def overhead(col: dict[str, Any]) -> dict[str, Any]:
+    """Step times with and without the profiler, and their ratio."""
+    dur = step_durations(col)
+    plan = col.get("plan", {})
+    pre = range(*plan.get("pre_baseline", [0, 0]))
+    attrib = _window(col, "attribution")
+    post_start = (attrib.stop if len(attrib) else timed_window(col).stop)
+    post = range(post_start, post_start + int(plan.get("baseline_after", 0)))
+    base = [dur[i] for i in [*pre, *post] if i in dur]
+    timed = [dur[i] for i in timed_window(col) if i in dur]
+    att = [dur[i] for i in attrib if i in dur]
+    b, t, a = _stats(base), _stats(timed), _stats(att)
+    ratio = (t["median_us"] / b["median_us"]) if b["median_us"] and t["median_us"] else None
+    aratio = (a["median_us"] / b["median_us"]) if b["median_us"] and a["median_us"] else None
+    return {
+        "baseline_steps": [i for i in [*pre, *post] if i in dur],
+        "baseline": b,
+        "profiled": t,
+        "attribution": a,
+        "dilation": None if ratio is None else round(ratio, 4),
+        "attribution_dilation": None if aratio is None else round(aratio, 4),
+    }
+
+
+def throughput(col: dict[str, Any], workload: dict[str, Any] | None) -> dict[str, Any]:
+    """Items per second over the timed steps (items from the workload or from ``dnnprof.step(items=…)``)."""
+    dur = step_durations(col)
+    steps = [i for i in timed_window(col) if i in dur]
+    total_ns = sum(dur[i] for i in steps)
+    items = col.get("step_items", [])
+    per_step = [items[i] for i in steps if i < len(items) and items[i] is not None]
+    unit = (workload or {}).get("unit")
+    if workload and workload.get("items_per_step") and len(per_step) < len(steps):
+        per_step = [int(workload["items_per_step"])] * len(steps)
+    s = _stats([dur[i] for i in steps])
+    out: dict[str, Any] = {
+        "steps": len(steps),
+        "step_time_median_us": s["median_us"],
+        "step_time_p90_us": s["p90_us"],
+        "step_time_mean_us": s["mean_us"],
+        "steps_per_s": round(len(steps) / (total_ns / 1e9), 4) if total_ns else None,
+        "unit": unit or ("items/s" if per_step else None),
+        "items_per_step": (per_step[0] if per_step and len(set(per_step)) == 1 else
+                           (round(float(np.mean(per_step)), 3) if per_step else None)),
+        "items_per_s": None,
+        "measured_on": "host-side step intervals of the timed window",
+    }
+    if per_step and len(per_step) == len(steps) and total_ns:
+        out["items_per_s"] = round(sum(per_step) / (total_ns / 1e9), 3)
+    elif not per_step:
+        out["note"] = ("items per step unknown: pass dnnprof.step(items=N) in the script for items/s, "
+                       "or use a built-in workload")
+    return out
+
+
+def samples_summary(col: dict[str, Any], columns: dict[str, Any] | None) -> dict[str, Any]:
+    """Mean/median/p90/max of every sampled metric over the timed steps (wall-clock window)."""
+    status = col.get("nvml")
+    out: dict[str, Any] = {"status": status or {"nvml": "not sampled"}, "window": "timed steps", "metrics": {}}
+    if not columns or not columns.get("ts_ns"):
+        return out
+    steps = [i for i in timed_window(col) if i < len(col.get("step_end_ns", []))]
+    if not steps:
+        return out
+    lo, hi = col["step_start_ns"][steps[0]], col["step_end_ns"][steps[-1]]
+    ts = np.asarray(columns["ts_ns"], dtype=np.int64)
+    metric = np.asarray(columns["metric"], dtype=np.int64)
+    value = np.asarray(columns["value"], dtype=np.float64)
+    inside = (ts >= lo) & (ts <= hi)
+    names = columns["metrics"]
+    order = [m for m in KEY_METRICS if m in names] + sorted(m for m in names if m not in KEY_METRICS)
+    for name in order:
+        v = value[inside & (metric == names.index(name))]
+        if v.size:
+            out["metrics"][name] = {"mean": round(float(v.mean()), 3), "median": round(float(np.median(v)), 3),
+                                    "p90": round(float(np.percentile(v, 90)), 3), "max": round(float(v.max()), 3),
+                                    "n": int(v.size)}
+    return out
+
+
+def memory_summary(col: dict[str, Any]) -> dict[str, Any]:
+    mem = col.get("memory") or {}
+    out = summarize_memory(mem.get("per_step") or {}, mem.get("static"), mem.get("device_total_bytes"),
+                           timed_window(col))
+    if mem.get("device") is None:
+        out["note"] = "no CUDA device in use: no allocator statistics"
+    return out
+
+
+def run_extras(col: dict[str, Any], samples: dict[str, Any] | None) -> dict[str, Any]:
+    """The keys dnnprof adds to ``summarize()``'s document in a run's summary.json."""
+    return {
+        "throughput": throughput(col, col.get("workload")),
+        "samples": samples_summary(col, samples),
+        "memory": memory_summary(col),
+        "overhead": overhead(col),
+        "host_hotspots": col.get("host_hotspots"),
+    }

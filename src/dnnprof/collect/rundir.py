@@ -1,0 +1,115 @@
+"""Run directories: ``dnnprof-runs/<name>-<UTC timestamp>/``, written atomically.
+
+Everything is written into a hidden staging directory next to the final one (``.<name>-<ts>.partial``) and renamed
+at the very end. A complete run gets the final name; a run that crashed, was interrupted or recorded only part of
+its window is renamed ``<name>-<ts>.incomplete`` and holds an ``INCOMPLETE`` file saying why. A staging directory
+left behind (the dnnprof process itself was killed) is hidden and still says ``.partial``. Nothing that claims to
+be complete is ever half written.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RUNS_ROOT = Path("dnnprof-runs")
+INCOMPLETE_FILE = "INCOMPLETE"
+INCOMPLETE_SUFFIX = ".incomplete"
+STAGING_SUFFIX = ".partial"
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be created where asked; the message names the path."""
+
+
+def utc_stamp(now: _dt.datetime | None = None) -> str:
+    """``20261126T031427Z``-style UTC timestamp."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return now.astimezone(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def safe_name(name: str) -> str:
+    """A file-system-safe run name (letters, digits, ``._-``; at most 60 characters)."""
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return s[:60] or "run"
+
+
+def name_from_command(command: list[str]) -> str:
+    """A run name from a command line: the script's stem for ``python x.py``, the module for ``python -m a.b``."""
+    args = list(command)
+    for i, a in enumerate(args):
+        if a == "-m" and i + 1 < len(args):
+            return safe_name(args[i + 1].rsplit(".", 1)[-1])
+        if a.endswith(".py"):
+            return safe_name(Path(a).stem)
+    return safe_name(Path(args[0]).name) if args else "run"
+
+
+@dataclass
+class RunDir:
+    """Where a run is being written (``staging``) and where it will end up (``final``)."""
+
+    final: Path
+    staging: Path
+
+    @classmethod
+    def create(cls, name: str, out: Path | None = None, root: Path = RUNS_ROOT,
+               now: _dt.datetime | None = None) -> RunDir:
+        """Make the staging directory.
+
+        Raises:
+            RunDirError: ``out`` exists and is not an empty directory, or the parent cannot be created.
+        """
+        if out is not None:
+            final = Path(out)
+            if final.exists() and (not final.is_dir() or any(final.iterdir())):
+                raise RunDirError(f"{final}: already exists and is not an empty directory; choose another --out")
+        else:
+            stem = f"{safe_name(name)}-{utc_stamp(now)}"
+            final = Path(root) / stem
+            n = 2
+            while final.exists() or final.with_name(final.name + INCOMPLETE_SUFFIX).exists():
+                final = Path(root) / f"{stem}-{n}"
+                n += 1
+        staging = final.with_name(f".{final.name}{STAGING_SUFFIX}")
+        try:
+            staging.mkdir(parents=True, exist_ok=False)
+        except OSError as e:
+            raise RunDirError(f"{staging.parent}: cannot create the run directory ({e.strerror})") from None
+        return cls(final=final.absolute(), staging=staging.absolute())
+
+    def target(self, complete: bool) -> Path:
+        """Where the run ends up: the final name, or the final name + ``.incomplete``."""
+        return self.final if complete else self.final.with_name(self.final.name + INCOMPLETE_SUFFIX)
+
+    def finish(self, complete: bool, reason: str = "") -> Path:
+        """Move the staging directory to its final name; an incomplete run is marked as such. Returns the path."""
+        target = self.target(complete)
+        if not complete:
+            (self.staging / INCOMPLETE_FILE).write_text((reason or "the run did not complete") + "\n")
+        if target.is_dir() and not any(target.iterdir()):
+            target.rmdir()
+        os.replace(self.staging, target)
+        return target
+
+
+def git_info(cwd: Path) -> dict[str, Any] | None:
+    """Commit and dirty flag of the git work tree containing ``cwd`` (None outside one, or without git)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status), "branch": git("rev-parse", "--abbrev-ref", "HEAD")}

@@ -1,0 +1,122 @@
+"""When to do what during a run: a pure function of the number of completed steps.
+
+A run is cut into steps by boundaries (an optimizer step, the end of a marker range, ``dnnprof.step()``).
+At boundary ``k``, ``k`` steps have completed and step ``k`` is about to start. Default (low-overhead) mode::
+
+    steps  0 .. W-1          warm-up (unprofiled; the later half is the unprofiled baseline)
+    steps  W .. W+S-1        timing window: CUDA activity only (kernels, copies, runtime calls), ~1.02x
+    steps  W+S .. W+S+A-1    attribution window: CPU ops + module ranges, joined onto the timing window
+    steps  .. +B             unprofiled baseline after the windows, then the collector is done
+
+``--full`` (or a run without CUDA) has one window of S steps with everything and no attribution window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Actions, in the order they run when several fall on the same boundary.
+ACTIONS = (
+    "start_sampling",  # NVML/GPM thread on (before the window, so GPM has history)
+    "stop_main",  # stop the timing (or full) profiler, keep its results in memory
+    "start_attribution",
+    "stop_attribution",
+    "stop_sampling",
+    "export",  # write the traces (blocks the script for the export time; outside any measured step)
+    "start_main",
+    "finish",  # write the collector's results; with --stop-after-profile, end the process
+)
+
+#: Most unprofiled warm-up steps used as the "before" baseline.
+MAX_PRE_BASELINE = 5
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Window positions, in steps.
+
+    Attributes:
+        warmup: steps before the main window (at least 1: step 0 has no boundary before it).
+        steps: steps in the main (timing or full) window.
+        attribution: steps in the attribution window (0: none, as in ``--full`` mode or on CPU).
+        baseline_after: unprofiled steps measured after the windows.
+    """
+
+    warmup: int
+    steps: int
+    attribution: int = 0
+    baseline_after: int = 0
+
+    def __post_init__(self) -> None:
+        if self.warmup < 1:
+            raise ValueError("warm-up must be at least 1 step (step 0 starts before any boundary is seen)")
+        if self.steps < 1:
+            raise ValueError("the profiled window needs at least 1 step")
+        if self.attribution < 0 or self.baseline_after < 0:
+            raise ValueError("attribution and baseline step counts cannot be negative")
+
+    @property
+    def main(self) -> range:
+        return range(self.warmup, self.warmup + self.steps)
+
+    @property
+    def attribution_window(self) -> range:
+        return range(self.main.stop, self.main.stop + self.attribution)
+
+    @property
+    def pre_baseline(self) -> range:
+        """Unprofiled steps before the window used as the baseline (skips the first half of the warm-up)."""
+        return range(max(1, self.warmup // 2, self.warmup - MAX_PRE_BASELINE), self.warmup)
+
+    @property
+    def post_baseline(self) -> range:
+        end = self.attribution_window.stop
+        return range(end, end + self.baseline_after)
+
+    @property
+    def sampling_start(self) -> int:
+        return self.pre_baseline.start if len(self.pre_baseline) else self.warmup
+
+    @property
+    def last(self) -> int:
+        """The boundary at which the collector is done."""
+        return self.post_baseline.stop
+
+    @property
+    def total_steps(self) -> int:
+        """Steps a loop must run for the collector to finish (a workload runs exactly this many)."""
+        return self.last
+
+    def actions(self, k: int) -> tuple[str, ...]:
+        """What to do at boundary ``k`` (``k`` steps completed), in execution order."""
+        todo: set[str] = set()
+        if k == self.sampling_start:
+            todo.add("start_sampling")
+        if k == self.warmup:
+            todo.add("start_main")
+        if k == self.main.stop:
+            todo.add("stop_main")
+            if self.attribution:
+                todo.add("start_attribution")
+            else:
+                todo |= {"stop_sampling", "export"}
+        if self.attribution and k == self.attribution_window.stop:
+            todo |= {"stop_attribution", "stop_sampling", "export"}
+        if k == self.last:
+            todo.add("finish")
+        return tuple(a for a in ACTIONS if a in todo)
+
+    def is_baseline(self, step: int) -> bool:
+        return step in self.pre_baseline or step in self.post_baseline
+
+    def window_of(self, step: int) -> str:
+        """``warmup``, ``main``, ``attribution``, ``baseline_after`` or ``after`` for a step index."""
+        if step < self.warmup:
+            return "warmup"
+        if step in self.main:
+            return "main"
+        if step in self.attribution_window:
+            return "attribution"
+        if step in self.post_baseline:
+            return "baseline_after"
+        return "after"

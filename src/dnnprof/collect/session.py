@@ -1,0 +1,230 @@
+"""A profiling session, from the parent's side: start the command, wait, build the run directory.
+
+The profiled command runs in a child process with the bootstrap on its ``PYTHONPATH`` (see ``bootstrap``), its
+stdin/stdout/stderr untouched, so the script's own output reaches the terminal unchanged; dnnprof's messages go to
+stderr. After the child exits — normally, with an error, or interrupted — the raw traces it left are turned into
+the canonical profile, the metadata and ``summary.json``, and the staging directory is renamed into place.
+
+Ctrl-C reaches the child directly from the terminal (same process group); the collector flushes what it has and
+the run is marked incomplete. When only dnnprof got the signal, it is forwarded. A second Ctrl-C kills the child.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dnnprof
+from dnnprof.collect.bootstrap import BOOT_ERROR_FILE, OWNER_FILE
+from dnnprof.collect.config import (
+    CONFIG_FILE,
+    ENV_OWNER,
+    ENV_PKG_ROOT,
+    ENV_RUN_DIR,
+    CollectorConfig,
+    write_json_atomic,
+)
+from dnnprof.collect.rundir import RUNS_ROOT, RunDir, git_info, name_from_command
+
+#: Put first on the profiled command's PYTHONPATH; holds only ``sitecustomize.py``.
+BOOT_DIR = Path(__file__).resolve().parent / "_boot"
+#: A one-line error the profiled process leaves when it refuses to run (``workload_main``).
+CHILD_ERROR_FILE = "workload_error.txt"
+Summarizer = Callable[[Any], dict[str, Any]]
+#: How long dnnprof waits after a Ctrl-C for the child to start flushing before forwarding the signal.
+FORWARD_AFTER_S = 0.5
+
+
+@dataclass
+class RunResult:
+    """What a profiling run produced.
+
+    Attributes:
+        run_dir: the final run directory (``…-<ts>`` or ``…-<ts>.incomplete``).
+        complete: True when the profile covers every planned window.
+        status: the collector's status (``complete``, ``partial``, ``no_steps``, ``too_few_steps``, ``not_started``).
+        exit_code: the profiled command's exit code (128 + signal number when killed by a signal).
+        interrupted: Ctrl-C (or SIGTERM) ended the run.
+        messages: sentences for the user (what happened, how to fix it).
+        summary: the summary.json document, when a profile was built and summarised.
+    """
+
+    run_dir: Path
+    complete: bool
+    status: str
+    exit_code: int
+    interrupted: bool = False
+    messages: list[str] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def profile_dir(self) -> Path | None:
+        p = self.run_dir / "profile"
+        return p if p.is_dir() else None
+
+    def load_profile(self) -> Any:
+        from dnnprof.model.profile import Profile
+
+        if self.profile_dir is None:
+            raise FileNotFoundError(f"{self.run_dir}: this run has no profile")
+        return Profile.load(self.profile_dir)
+
+
+def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the profiled command: bootstrap first on PYTHONPATH, the run directory to write to."""
+    env = dict(os.environ if base is None else base)
+    boot = str(BOOT_DIR)
+    env["PYTHONPATH"] = boot + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[ENV_RUN_DIR] = str(run_dir)
+    env[ENV_PKG_ROOT] = os.path.dirname(os.path.dirname(os.path.abspath(dnnprof.__file__)))
+    env.pop(ENV_OWNER, None)
+    return env
+
+
+def _wait(proc: subprocess.Popen[bytes], staging: Path, echo: Callable[[str], None]) -> tuple[int, bool]:
+    """Wait for the child; returns (exit code, interrupted)."""
+    state = {"sigint": 0, "t": 0.0, "forwarded": False, "term": False}
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        state["sigint"] += 1
+        if state["sigint"] == 1:
+            state["t"] = time.monotonic()
+            echo("interrupted: flushing the profile (press Ctrl-C again to kill the script)")
+        else:
+            proc.kill()
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        state["term"] = True
+        proc.send_signal(signal.SIGTERM)
+
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        old_int = signal.signal(signal.SIGINT, on_sigint)
+        old_term = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        while True:
+            try:
+                rc = proc.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                if (state["sigint"] == 1 and not state["forwarded"]
+                        and time.monotonic() - state["t"] > FORWARD_AFTER_S
+                        and not (staging / "finalizing").exists()):
+                    proc.send_signal(signal.SIGINT)
+                    state["forwarded"] = True
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+    if rc < 0:
+        rc = 128 - rc
+    return rc, bool(state["sigint"] or state["term"] or rc in (130, 143))
+
+
+def run_command(
+    command: list[str],
+    config: CollectorConfig,
+    *,
+    name: str | None = None,
+    out: Path | None = None,
+    root: Path = RUNS_ROOT,
+    summarize: Summarizer | None = None,
+    cwd: Path | None = None,
+    workload: dict[str, Any] | None = None,
+    echo: Callable[[str], None] | None = None,
+    counters_join: Callable[[Any, Any], Any] | None = None,
+) -> RunResult:
+    """Profile ``command`` (e.g. ``["python", "train.py", "--lr", "3e-4"]``) and write its run directory.
+
+    Args:
+        command: the command line, run as is (no shell).
+        config: capture settings.
+        name: run name (default: from the command).
+        out: exact run directory (default: ``root/<name>-<UTC timestamp>``).
+        root: parent of default run directories.
+        summarize: ``Profile -> dict`` (``dnnprof.analysis.summary.summarize``) for summary.json; None skips it.
+        cwd: working directory of the command.
+        workload: the built-in workload's name and knobs, recorded in the metadata.
+        echo: where dnnprof's own one-line messages go (default: stderr with a ``dnnprof:`` prefix).
+        counters_join: ``(Profile, NcuTable) -> join`` (``dnnprof.analysis.counters_join.join_counters``): with
+            ``config.counters``, the command runs a second time under Nsight Compute and this fills the counters.
+
+    Raises:
+        RunDirError: the run directory cannot be created.
+        ValueError: a bad capture setting.
+        FileNotFoundError: the command's program does not exist.
+    """
+    from dnnprof.collect.finish import finish_run
+
+    config.validate()
+    if not command:
+        raise ValueError("no command to run: give it after --, e.g. dnnprof run -- python train.py")
+    say = echo or (lambda m: print(f"dnnprof: {m}", file=sys.stderr, flush=True))
+    rd = RunDir.create(name or name_from_command(command), out=out, root=root)
+    (rd.staging / CONFIG_FILE).write_text(config.to_json())
+    started = time.time()
+    cwd = Path(cwd) if cwd is not None else Path.cwd()
+    write_json_atomic(rd.staging / "command.json", {"command": command, "cwd": str(cwd)})
+    try:
+        proc = subprocess.Popen(command, env=child_env(rd.staging), cwd=cwd)
+    except OSError as e:
+        rd.finish(False, f"could not start {command[0]!r}: {e.strerror}")
+        raise FileNotFoundError(f"{command[0]}: cannot run ({e.strerror})") from None
+    rc, interrupted = _wait(proc, rd.staging, say)
+    run_meta = {
+        "name": rd.final.name, "command": command, "cwd": str(cwd), "exit_code": rc, "interrupted": interrupted,
+        "started_unix_s": started, "duration_s": round(time.time() - started, 3), "workload": workload,
+        "git": git_info(cwd), "dnnprof_version": dnnprof.__version__,
+        "owner_found": (rd.staging / OWNER_FILE).exists(),
+        "boot_error": (rd.staging / BOOT_ERROR_FILE).read_text().strip()
+        if (rd.staging / BOOT_ERROR_FILE).exists() else None,
+        "child_error": (rd.staging / CHILD_ERROR_FILE).read_text().strip()
+        if (rd.staging / CHILD_ERROR_FILE).exists() else None,
+    }
+    return finish_run(rd, run_meta, config, summarize=summarize, echo=say, counters_join=counters_join)
+
+
+def profile_workload(
+    workload: str,
+    knobs: dict[str, Any],
+    config: CollectorConfig,
+    *,
+    out: Path | None = None,
+    root: Path = RUNS_ROOT,
+    summarize: Summarizer | None = None,
+    echo: Callable[[str], None] | None = None,
+    python: str | None = None,
+    counters_join: Callable[[Any, Any], Any] | None = None,
+) -> RunResult:
+    """Profile a built-in workload in a child process (``dnnprof.collect.workload_main``).
+
+    Args:
+        workload: registry name (``gpt2``, ``resnet50-tiny`` …).
+        knobs: workload config knobs (batch_size, precision, mode, device, data_dir, num_workers, pin_memory, seed).
+        config: capture settings.
+
+    Raises:
+        dnnprof.workloads.errors.WorkloadError: unknown workload or knob (message lists the valid choices).
+    """
+    import json
+
+    from dnnprof.workloads.config import WorkloadConfig
+    from dnnprof.workloads.registry import get_spec
+
+    spec = get_spec(workload)
+    resolved = WorkloadConfig.from_dict(knobs).resolve(spec)
+    info = {"name": workload, "config": resolved.as_dict(), "unit": spec.unit}
+    config.workload = info
+    command = [python or sys.executable, "-m", "dnnprof.collect.workload_main", "--workload", workload,
+               "--knobs", json.dumps(resolved.as_dict())]
+    return run_command(command, config, name=workload, out=out, root=root, summarize=summarize, workload=info,
+                       echo=echo, counters_join=counters_join)

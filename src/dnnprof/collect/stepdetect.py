@@ -1,0 +1,135 @@
+"""Finding iteration boundaries in an unmodified script.
+
+Three sources, strongest first:
+
+* ``explicit`` — the script calls ``dnnprof.step()`` at the end of each iteration;
+* ``marker`` — ``--step-marker NAME``: the end of every ``record_function(NAME)`` or NVTX range ``NAME``;
+* ``optimizer`` — a global optimizer step post-hook. With several optimizers (a GAN steps D then G), the boundary
+  is the optimizer that steps last in the cycle: the one seen just before the first optimizer steps again.
+
+Every hook checks the process id: forked DataLoader workers inherit the hooks but never report boundaries.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+#: Source ranks: a stronger source seen before the profiled window starts replaces a weaker one.
+PRIORITY = {"optimizer": 1, "marker": 2, "explicit": 3}
+
+
+class OptimizerSteps:
+    """Global optimizer post-hook that reports one boundary per optimizer cycle."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self.emit = emit
+        self.pid = os.getpid()
+        self.optimizers: dict[int, weakref.ref[Any]] = {}
+        self.boundary_id: int | None = None
+        self._last: int | None = None
+        self._handle: Any = None
+
+    def hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if os.getpid() != self.pid:
+            return
+        oid = id(optimizer)
+        if oid not in self.optimizers:
+            self.optimizers[oid] = weakref.ref(optimizer)
+            self._last = oid
+            return
+        if self.boundary_id is None:
+            self.boundary_id = self._last  # the first repeat closes the cycle; its last member ends an iteration
+            if self.boundary_id == oid:
+                self.emit("optimizer")
+            self._last = oid
+            return
+        self._last = oid
+        if oid == self.boundary_id:
+            self.emit("optimizer")
+
+    def install(self, torch: Any) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook  # torch.optim hides the submodule
+
+        self._handle = register_optimizer_step_post_hook(self.hook)
+
+    def remove(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def live(self) -> list[Any]:
+        return [o for o in (r() for r in self.optimizers.values()) if o is not None]
+
+
+class MarkerSteps:
+    """Reports a boundary at the end of every ``record_function``/NVTX range with a given name."""
+
+    def __init__(self, name: str, emit: Callable[[str], None]) -> None:
+        self.name = name
+        self.emit = emit
+        self.pid = os.getpid()
+        self._local = threading.local()
+        self._undo: list[tuple[Any, str, Any]] = []
+        self._ids: dict[int, str] = {}
+
+    def _hit(self, name: Any) -> None:
+        if name == self.name and os.getpid() == self.pid:
+            self.emit("marker")
+
+    def _patch(self, owner: Any, attr: str, new: Any) -> None:
+        self._undo.append((owner, attr, getattr(owner, attr)))
+        setattr(owner, attr, new)
+
+    def install(self, torch: Any) -> None:
+        rf_cls = torch.autograd.profiler.record_function
+        orig_exit = rf_cls.__exit__
+        hit = self._hit
+
+        def rf_exit(rf: Any, *exc: Any) -> Any:
+            out = orig_exit(rf, *exc)
+            hit(getattr(rf, "name", None))
+            return out
+
+        self._patch(rf_cls, "__exit__", rf_exit)
+        nvtx = getattr(getattr(torch, "cuda", None), "nvtx", None)
+        if nvtx is None:
+            return
+        local, ids = self._local, self._ids
+        push, pop, start, end = nvtx.range_push, nvtx.range_pop, nvtx.range_start, nvtx.range_end
+
+        def range_push(msg: Any) -> Any:
+            stack = getattr(local, "stack", None)
+            if stack is None:
+                stack = local.stack = []
+            stack.append(msg)
+            return push(msg)
+
+        def range_pop() -> Any:
+            stack = getattr(local, "stack", None)
+            out = pop()
+            if stack:
+                hit(stack.pop())
+            return out
+
+        def range_start(msg: Any) -> Any:
+            rid = start(msg)
+            ids[int(rid)] = msg
+            return rid
+
+        def range_end(rid: Any) -> Any:
+            out = end(rid)
+            hit(ids.pop(int(rid), None))
+            return out
+
+        for attr, fn in (("range_push", range_push), ("range_pop", range_pop), ("range_start", range_start),
+                         ("range_end", range_end)):
+            self._patch(nvtx, attr, fn)
+
+    def remove(self) -> None:
+        while self._undo:
+            owner, attr, old = self._undo.pop()
+            setattr(owner, attr, old)

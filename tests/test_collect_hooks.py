@@ -1,0 +1,231 @@
+"""In-process pieces of the collector: step detection, module ranges, stack sampling, memory, run directories."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from dnnprof.collect.rundir import INCOMPLETE_FILE, RunDir, RunDirError, name_from_command, safe_name
+from dnnprof.collect.stacks import StackSampler
+
+torch = pytest.importorskip("torch")
+
+
+def _opt(n: int = 1) -> torch.optim.Optimizer:
+    return torch.optim.SGD([torch.nn.Parameter(torch.zeros(n))], lr=0.1)
+
+
+def test_optimizer_hook_finds_one_boundary_per_cycle() -> None:
+    from dnnprof.collect.stepdetect import OptimizerSteps
+
+    seen: list[str] = []
+    det = OptimizerSteps(seen.append)
+    det.install(torch)
+    try:
+        single = _opt()
+        for _ in range(4):
+            single.step()
+    finally:
+        det.remove()
+    # The cycle is known at the second step; every step from there ends an iteration.
+    assert seen == ["optimizer"] * 3
+    single.step()
+    assert len(seen) == 3  # removed
+
+
+def test_gan_cycle_uses_the_optimizer_that_steps_last() -> None:
+    from dnnprof.collect.stepdetect import OptimizerSteps
+
+    seen: list[int] = []
+    d, g = _opt(), _opt()
+    det = OptimizerSteps(lambda src: seen.append(len(calls)))
+    calls: list[str] = []
+    det.install(torch)
+    try:
+        for _ in range(3):
+            d.step()
+            calls.append("d")
+            g.step()
+            calls.append("g")
+    finally:
+        det.remove()
+    assert det.boundary_id == id(g)
+    # Boundaries right after G's second and third steps (the first cycle is still being learnt).
+    assert seen == [3, 5]
+    assert {id(o) for o in det.live()} == {id(d), id(g)}
+
+
+def test_marker_ranges_end_steps_for_record_function_and_nvtx_names() -> None:
+    from dnnprof.collect.stepdetect import MarkerSteps
+
+    seen: list[str] = []
+    det = MarkerSteps("train_step", seen.append)
+    det.install(torch)
+    try:
+        with torch.profiler.record_function("train_step"), torch.profiler.record_function("other"):
+            pass
+        with torch.autograd.profiler.record_function("not_it"):
+            pass
+
+        @torch.profiler.record_function("train_step")
+        def decorated() -> None:
+            pass
+
+        decorated()
+    finally:
+        det.remove()
+    assert seen == ["marker", "marker"]
+    with torch.profiler.record_function("train_step"):
+        pass
+    assert len(seen) == 2  # restored
+
+
+def test_module_ranges_name_every_forward_by_fqn_and_class() -> None:
+    from dnnprof.collect.modranges import ModuleRanges
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = torch.nn.Linear(4, 4)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.mlp(self.attn(x))
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.h = torch.nn.ModuleList([Block(), Block()])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for b in self.h:
+                x = b(x)
+            return x
+
+    net = Net()
+    opened: list[str] = []
+    ranges = ModuleRanges(torch)
+
+    class Spy:
+        def __init__(self, name: str) -> None:
+            opened.append(name)
+
+        def __enter__(self) -> None:
+            pass
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    ranges._rf = Spy
+    ranges.install()
+    try:
+        net(torch.zeros(2, 4))
+    finally:
+        ranges.remove()
+    assert opened[:5] == ["dnnprof.module:Net|Net", "dnnprof.module:h.0|Block", "dnnprof.module:h.0.attn|Linear",
+                          "dnnprof.module:h.0.mlp|Sequential", "dnnprof.module:h.0.mlp.0|Linear"]
+    assert "dnnprof.module:h.1.mlp.1|ReLU" in opened
+    assert ranges.live_roots() == [net]
+    net(torch.zeros(2, 4))
+    assert len(opened) == ranges.calls == 11  # hooks gone
+
+
+def test_module_ranges_survive_a_forward_that_raises() -> None:
+    from dnnprof.collect.modranges import ModuleRanges
+
+    class Bad(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("boom")
+
+    outer = torch.nn.Sequential(torch.nn.Identity(), Bad())
+    ranges = ModuleRanges(torch)
+    ranges.install()
+    try:
+        with pytest.raises(ValueError, match="boom"):
+            outer(torch.zeros(1))
+        assert ranges._stack() == []  # every range closed
+    finally:
+        ranges.remove()
+
+
+def test_stack_sampler_counts_the_users_line() -> None:
+    s = StackSampler(library_roots=[str(Path(torch.__file__).parent)])
+    frame = sys._getframe()
+    for _ in range(4):
+        s.sample(frame)
+    rep = s.report(top=3)
+    assert rep["samples"] == 4
+    top = rep["top_user_lines"][0]
+    assert top["file"] == __file__ and top["function"] == "test_stack_sampler_counts_the_users_line"
+    assert top["pct"] == 100.0
+
+
+def test_stack_sampler_thread_sees_the_main_thread() -> None:
+    s = StackSampler(thread_id=threading.main_thread().ident, period_s=0.001)
+    s.start()
+    import time
+
+    t_end = time.perf_counter() + 0.3
+    while time.perf_counter() < t_end and s.samples < 5:
+        sum(range(1000))
+    s.stop()
+    assert s.samples >= 1
+    assert s.report()["elapsed_s"] > 0
+
+
+def test_static_memory_breakdown_counts_each_tensor_once() -> None:
+    from dnnprof.collect.memory import static_breakdown, summarize_memory
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8))
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    out = static_breakdown(torch, [model, model], [opt])
+    n_params = sum(p.numel() for p in model.parameters())
+    n_buffers = sum(b.numel() for b in model.buffers() if b.numel())
+    assert out["weights_bytes"] == 4 * n_params + sum(b.nbytes for b in model.buffers())
+    assert out["gradients_bytes"] == 4 * n_params
+    assert out["optimizer_state_bytes"] == 2 * 4 * n_params + sum(
+        s["step"].nbytes for s in opt.state.values())
+    assert n_buffers > 0
+    mem = summarize_memory({"step": [3, 4], "peak_allocated_bytes": [1000, 9000], "peak_reserved_bytes": [1, 2]},
+                           out, 10**6, range(4, 5))
+    assert mem["peak_allocated_bytes"] == 9000
+    assert mem["breakdown"]["activations_other_bytes"] == 9000 - sum(out.values())
+
+
+def test_run_dir_is_renamed_complete_or_marked_incomplete(tmp_path: Path) -> None:
+    rd = RunDir.create("train", root=tmp_path)
+    assert rd.staging.name.startswith(".train-") and rd.staging.name.endswith(".partial")
+    (rd.staging / "meta.json").write_text("{}")
+    final = rd.finish(True)
+    assert final == rd.final and (final / "meta.json").is_file() and not rd.staging.exists()
+    rd2 = RunDir.create("train", root=tmp_path)
+    assert rd2.final != rd.final  # same second: a suffix, never a clash
+    bad = rd2.finish(False, "interrupted during the profiled window")
+    assert bad.name.endswith(".incomplete")
+    assert (bad / INCOMPLETE_FILE).read_text() == "interrupted during the profiled window\n"
+
+
+def test_run_dir_out_must_be_new_or_empty(tmp_path: Path) -> None:
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(RunDirError, match="already exists and is not an empty directory"):
+        RunDir.create("x", out=tmp_path / "full")
+    (tmp_path / "empty").mkdir()
+    rd = RunDir.create("x", out=tmp_path / "empty")
+    assert rd.finish(True) == (tmp_path / "empty").absolute()
+
+
+@pytest.mark.parametrize("command, name", [
+    (["python", "train.py", "--lr", "3"], "train"),
+    (["python", "-u", "-m", "pkg.trainer", "x.py"], "trainer"),
+    (["torchrun", "--nproc-per-node", "1", "a/b/fine tune.py"], "fine-tune"),
+    (["./run.sh"], "run.sh"),
+])
+def test_run_names_from_commands(command: list[str], name: str) -> None:
+    assert name_from_command(command) == name
+    assert safe_name("a/b c:d") == "a-b-c-d"

@@ -1,0 +1,73 @@
+"""The capture schedule is a pure function of the number of completed steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from dnnprof.collect.config import CollectorConfig
+from dnnprof.collect.schedule import Plan
+
+
+def _timeline(plan: Plan, upto: int) -> dict[int, tuple[str, ...]]:
+    return {k: a for k in range(1, upto + 1) if (a := plan.actions(k))}
+
+
+def test_default_mode_windows_in_order() -> None:
+    plan = Plan(warmup=5, steps=10, attribution=2, baseline_after=3)
+    assert plan.main == range(5, 15)
+    assert plan.attribution_window == range(15, 17)
+    assert plan.pre_baseline == range(2, 5)
+    assert plan.post_baseline == range(17, 20)
+    assert _timeline(plan, 30) == {
+        2: ("start_sampling",),
+        5: ("start_main",),
+        15: ("stop_main", "start_attribution"),
+        17: ("stop_attribution", "stop_sampling", "export"),
+        20: ("finish",),
+    }
+    assert plan.total_steps == 20
+    assert [plan.window_of(s) for s in (0, 4, 5, 14, 15, 16, 17, 19, 20)] == [
+        "warmup", "warmup", "main", "main", "attribution", "attribution", "baseline_after", "baseline_after",
+        "after"]
+
+
+def test_full_mode_has_one_window_and_exports_when_it_stops() -> None:
+    plan = Plan(warmup=1, steps=2, attribution=0, baseline_after=0)
+    assert plan.pre_baseline == range(1, 1)
+    assert _timeline(plan, 10) == {1: ("start_sampling", "start_main"), 3: ("stop_main", "stop_sampling", "export",
+                                                                             "finish")}
+
+
+def test_baseline_uses_at_most_the_later_warmup_steps() -> None:
+    assert Plan(warmup=20, steps=1).pre_baseline == range(15, 20)
+    assert Plan(warmup=2, steps=1).pre_baseline == range(1, 2)
+    assert Plan(warmup=3, steps=4, baseline_after=2).is_baseline(1)
+    assert not Plan(warmup=3, steps=4, baseline_after=2).is_baseline(3)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"warmup": 0, "steps": 3}, "warm-up must be at least 1"),
+    ({"warmup": 2, "steps": 0}, "at least 1 step"),
+    ({"warmup": 2, "steps": 2, "attribution": -1}, "cannot be negative"),
+])
+def test_bad_plans_are_refused(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Plan(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mode": "fast"}, "unknown capture mode 'fast'; modes: default, full, counters"),
+    ({"warmup_steps": 0}, "--warmup-steps must be at least 1"),
+    ({"steps": 0}, "--steps must be at least 1"),
+    ({"nvml_period_s": 5.0}, r"outside 0\.005–1 s"),
+    ({"step_marker": " "}, "non-empty range name"),
+])
+def test_bad_capture_settings_name_the_setting(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CollectorConfig(**kwargs).validate()
+
+
+def test_config_round_trips_through_json(tmp_path) -> None:
+    cfg = CollectorConfig(mode="full", steps=7, step_marker="train_step", workload={"name": "gpt2-tiny"})
+    (tmp_path / "collector_config.json").write_text(cfg.to_json())
+    assert CollectorConfig.load(tmp_path) == cfg
