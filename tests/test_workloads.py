@@ -209,7 +209,7 @@ def test_units_per_step_follow_the_domain():
     ("precision", "dtype"), [("fp64", "float64"), ("bf16", "bfloat16"), ("amp-bf16", "float32")]
 )
 def test_precision_sets_weight_dtype_and_autocast(precision, dtype):
-    with _build("resnet50-tiny", precision=precision) as wl:
+    with _build("dcgan-tiny", precision=precision) as wl:
         assert {p.dtype for p in wl.model.parameters()} == {getattr(torch, dtype)}
         assert (wl.plan.autocast_dtype is not None) == precision.startswith("amp")
         wl.step()
@@ -238,7 +238,7 @@ def test_step_marks_phases_for_the_profiler():
 
 
 def test_dataloader_workers_feed_the_step():
-    with _build("resnet50-tiny", num_workers=1) as wl:
+    with _build("dcgan-tiny", num_workers=1) as wl:
         assert wl.loader.num_workers == 1
         for _ in range(3):
             wl.step()
@@ -391,7 +391,9 @@ def _run_on_cuda(name: str, mode: str, precision: str, **knobs) -> None:
         if mode == "train":
             loss = float(wl.last_loss)
             assert math.isfinite(loss) or precision in ("fp16", "bf16"), f"{name} {precision}: loss {loss}"
-            assert mem.gradients_bytes > 0 and mem.optimizer_state_bytes > 0
+            assert mem.gradients_bytes > 0
+            # GradScaler skips the optimizer while its first scales overflow, so Adam may have no state yet.
+            assert mem.optimizer_state_bytes > 0 or precision == "amp-fp16"
 
 
 @pytest.mark.gpu
