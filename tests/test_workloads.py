@@ -38,6 +38,16 @@ FULL = workload_names(include_tiny=False)
 NEEDS_TRANSFORMERS = {"gpt2", "gpt2-tiny", "bert", "bert-tiny"}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_intra_op_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy 2-core machine OpenMP threads waiting
+    for each other made their steps 10-30x slower; restore the setting for other test modules."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _importable(module: str) -> bool:
     try:
         __import__(module)

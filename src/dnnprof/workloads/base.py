@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
@@ -50,7 +50,7 @@ class Workload:
         input_desc: one line describing a batch.
     """
 
-    implementation: ClassVar[str] = "built-in"
+    implementation: str = "built-in"
 
     def __init__(self, spec: WorkloadSpec, config: WorkloadConfig) -> None:
         self.spec = spec

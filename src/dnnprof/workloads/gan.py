@@ -7,6 +7,7 @@ Inference generates a batch of images from noise and reads no images.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -107,12 +108,12 @@ class DCGANWorkload(Workload):
     @property
     def generator(self) -> nn.Module:
         """The generator network."""
-        return self.model["generator"]
+        return cast(nn.ModuleDict, self.model)["generator"]
 
     @property
     def discriminator(self) -> nn.Module:
         """The discriminator network."""
-        return self.model["discriminator"]
+        return cast(nn.ModuleDict, self.model)["discriminator"]
 
     def build_optimizers(self) -> list[torch.optim.Optimizer]:
         return [

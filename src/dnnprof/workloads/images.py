@@ -60,7 +60,8 @@ class ImageFilesDataset(Dataset):
                 w, h = img.size
                 scale = self.size / min(w, h)
                 img = img.resize(
-                    (max(self.size, round(w * scale)), max(self.size, round(h * scale))), Image.BILINEAR
+                    (max(self.size, round(w * scale)), max(self.size, round(h * scale))),
+                    Image.Resampling.BILINEAR,
                 )
                 w, h = img.size
                 left, top = (w - self.size) // 2, (h - self.size) // 2

@@ -77,6 +77,7 @@ class PositionalEncoding(nn.Module):
         pe = torch.zeros(max_len, d_model)
         pe[:, 0::2] = torch.sin(pos * div)
         pe[:, 1::2] = torch.cos(pos * div)
+        self.pe: torch.Tensor
         self.register_buffer("pe", pe, persistent=False)
         self.dropout = nn.Dropout(dropout)
 
