@@ -208,7 +208,9 @@ class Controller:
         handle = None
         if nvml.open():
             uuid = getattr(self.torch.cuda.get_device_properties(dev), "uuid", None)
-            handle = nvml.handle(index=None if uuid else dev, uuid=str(uuid) if uuid else None)
+            # CUDA and NVML number devices differently under CUDA_VISIBLE_DEVICES: trust an index only without it.
+            index = None if os.environ.get("CUDA_VISIBLE_DEVICES") else dev
+            handle = nvml.handle(index=index, uuid=str(uuid) if uuid else None)
             if handle is None:
                 self.notes.append(f"NVML has no handle for CUDA device {dev}")
         self.sampler = NvmlSampler(nvml, [(dev, handle)] if handle is not None else [],

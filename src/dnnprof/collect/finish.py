@@ -37,10 +37,12 @@ def _messages(status: str, col: dict[str, Any] | None, run_meta: dict[str, Any],
     msgs: list[str] = []
     if status == "no_steps" and col is not None:
         msgs.append(f"no iterations found (no optimizer.step() call): profiled the whole run as one window; {HOW_TO_MARK}")
+    elif status == "partial" and run_meta.get("interrupted"):
+        msgs.append("interrupted during the profiled window: what was collected is kept, the profile is partial")
     elif status == "partial":
         msgs.append("the script ended during the profiled window: the profile is partial")
-    if run_meta.get("interrupted"):
-        msgs.append("interrupted: what was collected has been kept")
+    elif run_meta.get("interrupted"):
+        msgs.append("interrupted: what was collected is kept")
     if col is not None and col.get("notes"):
         msgs += [n for n in col["notes"] if not n.startswith("NVML sampling turned off")]
     exc = (col or {}).get("script", {}).get("exception")

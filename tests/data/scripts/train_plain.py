@@ -1,6 +1,7 @@
 """A plain training loop with no dnnprof markers: MLP on random data, SGD, DataLoader.
 
 Usage: python train_plain.py [--steps N] [--batch-size B] [--workers W] [--fail-at STEP] [--exit-code C]
+                             [--sleep S]
 Prints one line per step ("step <i> loss <x>") and "argv <...>" first, so tests can check output and argv.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import torch
 from torch import nn
@@ -31,6 +33,7 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--fail-at", type=int, default=-1)
     p.add_argument("--exit-code", type=int, default=0)
+    p.add_argument("--sleep", type=float, default=0.0, help="seconds of host work per step")
     args = p.parse_args()
     print("argv", " ".join(sys.argv[1:]), flush=True)
     torch.manual_seed(0)
@@ -46,6 +49,8 @@ def main() -> int:
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        if args.sleep:
+            time.sleep(args.sleep)
         print(f"step {i} loss {loss.item():.4f}", flush=True)
     return args.exit_code
 
