@@ -128,6 +128,7 @@ def test_bad_invocations_fail_with_one_line(args: list[str], message: str, tmp_p
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("dnnprof: error: ") and message in err and "Traceback" not in err
+    assert not (tmp_path / "dnnprof-runs").exists() or not any((tmp_path / "dnnprof-runs").iterdir())
 
 
 def test_out_dir_that_is_not_empty_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -64,6 +64,7 @@ def overhead(col: dict[str, Any]) -> dict[str, Any]:
     timed = [dur[i] for i in timed_window(col) if i in dur]
     att = [dur[i] for i in attrib if i in dur]
     b, t, a = _stats(base), _stats(timed), _stats(att)
+    gaps = boundary_gaps(col)
     ratio = (t["median_us"] / b["median_us"]) if b["median_us"] and t["median_us"] else None
     aratio = (a["median_us"] / b["median_us"]) if b["median_us"] and a["median_us"] else None
     return {
@@ -73,7 +74,19 @@ def overhead(col: dict[str, Any]) -> dict[str, Any]:
         "attribution": a,
         "dilation": None if ratio is None else round(ratio, 4),
         "attribution_dilation": None if aratio is None else round(aratio, 4),
+        # Before and after the windows separately: a profiler that left a cost behind would show here.
+        "baseline_before": _stats([dur[i] for i in pre if i in dur]),
+        "baseline_after": _stats([dur[i] for i in post if i in dur]),
+        # dnnprof's own work at each boundary (between steps, outside the step times above).
+        "boundary_gap_timed": _stats([gaps[i] for i in timed_window(col) if i in gaps]),
+        "boundary_gap_baseline": _stats([gaps[i] for i in [*pre, *post] if i in gaps]),
     }
+
+
+def boundary_gaps(col: dict[str, Any]) -> dict[int, int]:
+    """Time (ns) dnnprof spent at the boundary that ended each step (end of step i to start of step i+1)."""
+    starts, ends = col.get("step_start_ns", []), col.get("step_end_ns", [])
+    return {i: int(starts[i + 1] - ends[i]) for i in range(min(len(ends), len(starts) - 1))}
 
 
 def throughput(col: dict[str, Any], workload: dict[str, Any] | None) -> dict[str, Any]:

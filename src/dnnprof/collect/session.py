@@ -12,6 +12,7 @@ the run is marked incomplete. When only dnnprof got the signal, it is forwarded.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,6 +88,9 @@ def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, st
     env[ENV_RUN_DIR] = str(run_dir)
     env[ENV_PKG_ROOT] = os.path.dirname(os.path.dirname(os.path.abspath(dnnprof.__file__)))
     env.pop(ENV_OWNER, None)
+    # A run starts several profiler sessions; keeping CUPTI set up between them avoids re-initialising it each
+    # time (slow, and known to crash with CUDA graphs — torch.profiler itself sets this when graphs are used).
+    env.setdefault("TEARDOWN_CUPTI", "0")
     return env
 
 
@@ -177,7 +181,7 @@ def run_command(
     try:
         proc = subprocess.Popen(command, env=child_env(rd.staging), cwd=cwd)
     except OSError as e:
-        rd.finish(False, f"could not start {command[0]!r}: {e.strerror}")
+        shutil.rmtree(rd.staging, ignore_errors=True)  # nothing ran: leave nothing behind
         raise FileNotFoundError(f"{command[0]}: cannot run ({e.strerror})") from None
     rc, interrupted = _wait(proc, rd.staging, say)
     run_meta = {
