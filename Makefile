@@ -11,7 +11,7 @@ $(BIN)/dnnprof: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[dev,nvml]"
+	$(BIN)/pip install -q -e ".[dev,nvml,ci]"
 	touch $@
 
 demo: $(BIN)/dnnprof
