@@ -6,79 +6,84 @@ Format drift across torch 2.0–2.11 is handled here and nowhere else:
 * ``distributedInfo`` may be missing (single process), as may ``deviceProperties`` (CPU-only traces);
 * args appear and disappear between versions (``Record function id``, ``graph id``, ``occupancy`` …).
 
-Decoding uses msgspec typed structs for the fields dnnprof needs (fast, small); when a field's type drifted in a
-way the strict structs reject, the whole file is decoded again with lenient structs and coerced here.
+The file is streamed: gunzipped in pieces (in a second thread: zlib releases the GIL), split into arrays of a
+few thousand whole events (:mod:`dnnprof.ingest.trace_stream`), each decoded with msgspec typed structs for the
+fields dnnprof needs and turned into compact columns at once (:mod:`dnnprof.ingest.kineto_tables`). Events are
+a union tagged by ``ph``: complete ('X') events carry what the tables need, every other phase only what a
+``fwdbwd`` flow needs, so the ~half of all events that are ``ac2g`` flows cost little. When a field's type
+drifted in a way the strict structs reject, that chunk is decoded again with lenient structs and coerced here.
+A document the splitter cannot handle is decoded as one buffer, with the same structs and the same result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import zlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args
 
 import msgspec
 import numpy as np
 
 from dnnprof.ingest.errors import TraceError
+from dnnprof.ingest.kineto_tables import EventColumns
+from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, in_background, read_pieces, split_events
 from dnnprof.model.device import DeviceInfo
 from dnnprof.model.profile import Profile
-from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS, OP_CATEGORIES, empty_table
+from dnnprof.model.schema import OP_CATEGORIES
 from dnnprof.model.steps import assign_steps
 
 _F = msgspec.field
 
 
 class _Args(msgspec.Struct, gc=False):
+    # Fields in the order Kineto writes them: msgspec looks each key up from the field after the last match.
     external_id: int | None = _F(name="External id", default=None)
-    correlation: int | None = None
+    sequence_nr: int | None = _F(name="Sequence number", default=None)
+    fwd_thread_id: int | None = _F(name="Fwd thread id", default=None)
+    input_dims: Any = _F(name="Input Dims", default=None)
+    call_stack: str | None = _F(name="Call stack", default=None)
+    module_hierarchy: str | None = _F(name="Module Hierarchy", default=None)
+    cbid: int | None = None
     device: int | None = None
     stream: int | None = None
+    correlation: int | None = None
     registers: int | None = _F(name="registers per thread", default=None)
     shared_memory: int | None = _F(name="shared memory", default=None)
     blocks_per_sm: float | None = _F(name="blocks per SM", default=None)
     warps_per_sm: float | None = _F(name="warps per SM", default=None)
-    est_occupancy: float | None = _F(name="est. achieved occupancy %", default=None)
     grid: list[int] | None = None
     block: list[int] | None = None
+    est_occupancy: float | None = _F(name="est. achieved occupancy %", default=None)
     bytes: int | None = None
-    cbid: int | None = None
-    sequence_nr: int | None = _F(name="Sequence number", default=None)
-    fwd_thread_id: int | None = _F(name="Fwd thread id", default=None)
-    call_stack: str | None = _F(name="Call stack", default=None)
-    module_hierarchy: str | None = _F(name="Module Hierarchy", default=None)
-    input_dims: Any = _F(name="Input Dims", default=None)
     graph_id: int | None = _F(name="graph id", default=None)
-    name: str | None = None
-    labels: str | None = None
 
 
 class _LenientArgs(msgspec.Struct, gc=False):
     external_id: Any = _F(name="External id", default=None)
-    correlation: Any = None
+    sequence_nr: Any = _F(name="Sequence number", default=None)
+    fwd_thread_id: Any = _F(name="Fwd thread id", default=None)
+    input_dims: Any = _F(name="Input Dims", default=None)
+    call_stack: Any = _F(name="Call stack", default=None)
+    module_hierarchy: Any = _F(name="Module Hierarchy", default=None)
+    cbid: Any = None
     device: Any = None
     stream: Any = None
+    correlation: Any = None
     registers: Any = _F(name="registers per thread", default=None)
     shared_memory: Any = _F(name="shared memory", default=None)
     blocks_per_sm: Any = _F(name="blocks per SM", default=None)
     warps_per_sm: Any = _F(name="warps per SM", default=None)
-    est_occupancy: Any = _F(name="est. achieved occupancy %", default=None)
     grid: Any = None
     block: Any = None
+    est_occupancy: Any = _F(name="est. achieved occupancy %", default=None)
     bytes: Any = None
-    cbid: Any = None
-    sequence_nr: Any = _F(name="Sequence number", default=None)
-    fwd_thread_id: Any = _F(name="Fwd thread id", default=None)
-    call_stack: Any = _F(name="Call stack", default=None)
-    module_hierarchy: Any = _F(name="Module Hierarchy", default=None)
-    input_dims: Any = _F(name="Input Dims", default=None)
     graph_id: Any = _F(name="graph id", default=None)
-    name: Any = None
-    labels: Any = None
 
 
 #: Every ``ph`` of the Chrome trace format and every Kineto category: decoded as Literals, they are shared
-#: string objects instead of one new string per event. An unknown value sends the file down the lenient path.
+#: string objects instead of one new string per event. An unknown value sends the chunk down the lenient path.
 _Phase = Literal["X", "B", "E", "i", "I", "s", "t", "f", "M", "C", "b", "n", "e", "P", "O", "N", "D", "R", "c", ""]
 _Category = Literal[
     "cpu_op", "user_annotation", "gpu_user_annotation", "gpu_memcpy", "gpu_memset", "kernel", "Kernel",
@@ -90,17 +95,34 @@ _Category = Literal[
 ]
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: _Phase = ""
+class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete ('X') event: an op, a runtime call, a kernel, a copy …"""
+
     cat: _Category = ""
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
     ts: float = 0.0
     dur: float = 0.0
-    id: int | str | None = None
-    bp: str | None = None
     args: _Args | None = None
+
+
+class _Marker(msgspec.Struct, tag_field="ph", gc=False):
+    """Any other phase (flows, instants, metadata, counters …), with only the fields a ``fwdbwd`` flow needs."""
+
+    cat: _Category = ""
+    id: int | str | None = None
+    tid: int | str = 0
+    ts: float = 0.0
+
+
+#: One tagged subclass per phase; the lenient path gives unknown phases the untagged-in-practice base class.
+_MARKERS: dict[str, type[_Marker]] = {
+    ph: msgspec.defstruct(f"_Marker_{i}", [], bases=(_Marker,), tag=ph, gc=False)
+    for i, ph in enumerate(get_args(_Phase)) if ph != "X"
+}
+_FLOW_START = _MARKERS["s"]
+_Event = Union[(_Complete, *_MARKERS.values())]  # a union of runtime-built types
 
 
 class _LenientEvent(msgspec.Struct, gc=False):
@@ -112,12 +134,11 @@ class _LenientEvent(msgspec.Struct, gc=False):
     ts: Any = 0.0
     dur: Any = 0.0
     id: Any = None
-    bp: Any = None
     args: _LenientArgs | None = None
 
 
 class _Trace(msgspec.Struct, gc=False):
-    traceEvents: list[_Event]
+    traceEvents: list[_Event]  # type: ignore[valid-type]
     deviceProperties: list[dict[str, Any]] | None = None
     distributedInfo: dict[str, Any] | None = None
     baseTimeNanoseconds: int | None = None
@@ -133,6 +154,10 @@ class _LenientTrace(_Trace, gc=False):
     deviceProperties: Any = None
     distributedInfo: Any = None
     baseTimeNanoseconds: Any = None
+
+
+_EVENTS = msgspec.json.Decoder(list[_Event])  # type: ignore[valid-type]
+_LENIENT_EVENTS = msgspec.json.Decoder(list[_LenientEvent])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -160,6 +185,7 @@ def read_bytes(path: Path) -> bytes:
 
 
 def _decode(path: Path, data: bytes) -> _Trace:
+    """The whole document in one buffer → strict events (lenient ones coerced); every error message."""
     stripped = data[:4096].lstrip()
     if not stripped:
         if not data.strip():
@@ -184,6 +210,22 @@ def _decode(path: Path, data: bytes) -> _Trace:
         raise TraceError(f"{path}: invalid JSON ({e})") from None
 
 
+def _decode_events(chunk: bytes) -> list[Any]:
+    """One JSON array of events → strict events, lenient ones coerced.
+
+    Raises:
+        msgspec.DecodeError: not valid JSON (including a lenient decode that fails on syntax).
+        SplitError: valid JSON that is not an array of events (the whole-buffer path words the error).
+    """
+    try:
+        return _EVENTS.decode(chunk)
+    except msgspec.ValidationError:
+        try:
+            return _coerce_events(_LENIENT_EVENTS.decode(chunk))
+        except msgspec.ValidationError:
+            raise SplitError("not an array of events") from None
+
+
 def _num(v: Any, default: float = -1) -> float:
     if isinstance(v, bool) or v is None:
         return default
@@ -198,58 +240,6 @@ def _num(v: Any, default: float = -1) -> float:
 def _int(v: Any, default: int = -1) -> int:
     x = _num(v, default)
     return int(x) if x == x else default
-
-
-def _tids(values: list[Any]) -> list[int]:
-    return [v if v.__class__ is int else _tid(v) for v in values]
-
-
-def _tid(v: Any) -> int:
-    """Thread ids are ints, but some Kineto rows use strings ('stream 7 (sync)'): keep the first number."""
-    if isinstance(v, int):
-        return v
-    digits = "".join(ch if ch.isdigit() else " " for ch in str(v)).split()
-    return int(digits[0]) if digits else -1
-
-
-def _ns(values: list[float]) -> np.ndarray:
-    return np.rint(np.asarray(values, dtype=np.float64) * 1000.0).astype(np.int64)
-
-
-def _memcpy_kind(name: str) -> tuple[int, int, int]:
-    """(kind, src_mem, dst_mem) from a CUPTI memcpy name like 'Memcpy HtoD (Pageable -> Device)'."""
-    kind = next((i for i, k in enumerate(MEMCPY_KINDS) if i and f" {k}" in name), 0)
-    src = dst = 0
-    if "(" in name and "->" in name:
-        inner = name[name.index("(") + 1: name.rindex(")")] if ")" in name else name[name.index("(") + 1:]
-        a, _, b = inner.partition("->")
-        src, dst = _mem_kind(a), _mem_kind(b)
-    return kind, src, dst
-
-
-def _mem_kind(s: str) -> int:
-    s = s.strip().lower()
-    return MEMORY_KINDS.index(s) if s in MEMORY_KINDS else 0
-
-
-#: Host-blocking synchronisation (cudaStreamWaitEvent is a GPU-side dependency and counts as an event call).
-_SYNC_APIS = ("Synchronize",)
-
-
-def _api_kind(name: str) -> int:
-    if "Graph" in name and "Launch" in name:
-        return API_KINDS.index("graph_launch")
-    if "LaunchKernel" in name or "LaunchCooperativeKernel" in name or name.startswith("cuLaunch"):
-        return API_KINDS.index("launch")
-    if "Memcpy" in name:
-        return API_KINDS.index("memcpy")
-    if "Memset" in name:
-        return API_KINDS.index("memset")
-    if any(s in name for s in _SYNC_APIS):
-        return API_KINDS.index("sync")
-    if "Event" in name:
-        return API_KINDS.index("event")
-    return API_KINDS.index("other")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -269,23 +259,31 @@ def _coerce_args(a: _LenientArgs | None) -> _Args | None:
     for f in ("grid", "block"):
         v = getattr(a, f)
         kw[f] = [_int(x, 1) for x in v] if isinstance(v, (list, tuple)) else None
-    for f in ("call_stack", "module_hierarchy", "name", "labels"):
+    for f in ("call_stack", "module_hierarchy"):
         v = getattr(a, f)
         kw[f] = None if v is None else str(v)
     kw["input_dims"] = a.input_dims
     return _Args(**kw)
 
 
-def _coerce(trace: _LenientTrace) -> _Trace:
+def _coerce_events(events: list[_LenientEvent]) -> list[Any]:
     """Lenient (drifted) events → strict events, coercing every field once."""
-    events = [
-        _Event(ph=str(e.ph), cat=str(e.cat), name=str(e.name), pid=e.pid if isinstance(e.pid, (int, str)) else 0,
-               tid=e.tid if isinstance(e.tid, (int, str)) else 0, ts=float(_num(e.ts, 0)),
-               dur=float(_num(e.dur, 0)), id=e.id if isinstance(e.id, (int, str)) else None,
-               bp=None if e.bp is None else str(e.bp), args=_coerce_args(e.args))
-        for e in trace.traceEvents
-    ]
-    return _Trace(traceEvents=events, deviceProperties=trace.deviceProperties if isinstance(
+    out: list[Any] = []
+    for e in events:
+        ph, tid = str(e.ph), e.tid if isinstance(e.tid, (int, str)) else 0
+        eid = e.id if isinstance(e.id, (int, str)) else None
+        if ph == "X":
+            out.append(_Complete(cat=str(e.cat), name=str(e.name), pid=e.pid if isinstance(e.pid, (int, str)) else 0,
+                                 tid=tid, ts=float(_num(e.ts, 0)), dur=float(_num(e.dur, 0)),
+                                 args=_coerce_args(e.args)))
+        else:
+            out.append(_MARKERS.get(ph, _Marker)(cat=str(e.cat), id=eid, tid=tid, ts=float(_num(e.ts, 0))))
+    return out
+
+
+def _coerce(trace: _LenientTrace) -> _Trace:
+    """Lenient (drifted) document → strict, coercing every field once."""
+    return _Trace(traceEvents=_coerce_events(trace.traceEvents), deviceProperties=trace.deviceProperties if isinstance(
         trace.deviceProperties, list) else None, distributedInfo=trace.distributedInfo if isinstance(
         trace.distributedInfo, dict) else None, baseTimeNanoseconds=trace.baseTimeNanoseconds if isinstance(
         trace.baseTimeNanoseconds, int) else None, schemaVersion=trace.schemaVersion, trace_id=trace.trace_id,
@@ -293,197 +291,19 @@ def _coerce(trace: _LenientTrace) -> _Trace:
         cupti_version=trace.cupti_version)
 
 
-def _ints(values: list[Any], default: int = -1) -> np.ndarray:
-    """int64 column from a list of ints/None (None → default)."""
-    return np.array([default if v is None else v for v in values], dtype=np.int64)
-
-
-def _floats(values: list[Any]) -> np.ndarray:
-    return np.array(values, dtype=np.float64)
-
-
-class _Builder:
-    """Turns decoded (strict) events into canonical tables for one rank."""
-
-    def __init__(self, profile: Profile, rank: int) -> None:
-        self.p = profile
-        self.rank = rank
-
-    def ids(self, names: list[str]) -> np.ndarray:
-        intern = self.p.intern
-        cache: dict[str, int] = {}
-        out = np.empty(len(names), dtype=np.int32)
-        for i, n in enumerate(names):
-            v = cache.get(n)
-            if v is None:
-                v = cache[n] = intern(n)
-            out[i] = v
-        return out
-
-    def opt_ids(self, values: list[Any]) -> np.ndarray:
-        intern = self.p.intern
-        return np.fromiter((intern(str(v)) if v not in (None, "") else -1 for v in values),
-                           dtype=np.int32, count=len(values))
-
-    def _times(self, t: dict[str, np.ndarray], evs: list[_Event]) -> None:
-        t["rank"][:] = self.rank
-        t["start_ns"][:] = _ns([e.ts for e in evs])
-        t["dur_ns"][:] = np.maximum(_ns([e.dur for e in evs]), 0)
-
-    def ops(self, evs: list[_Event]) -> dict[str, np.ndarray]:
-        evs.sort(key=lambda e: (e.ts, -e.dur))
-        t = empty_table("ops", len(evs))
-        self._times(t, evs)
-        t["tid"][:] = _tids([e.tid for e in evs])
-        t["name_id"][:] = self.ids([e.name for e in evs])
-        cats = {c: i for i, c in enumerate(OP_CATEGORIES)}
-        t["category"][:] = [cats[e.cat] for e in evs]
-        args = [e.args or _NO_ARGS for e in evs]
-        t["external_id"][:] = _ints([a.external_id for a in args])
-        t["sequence_nr"][:] = _ints([a.sequence_nr for a in args])
-        t["fwd_thread_id"][:] = _ints([a.fwd_thread_id for a in args])
-        t["module_id"][:] = self.opt_ids([a.module_hierarchy for a in args])
-        t["stack_id"][:] = self.opt_ids([a.call_stack for a in args])
-        t["input_dims_id"][:] = self.opt_ids([msgspec.json.encode(a.input_dims).decode() if a.input_dims else None for a in args])
-        _nest(t)
-        return t
-
-    def runtime(self, evs: list[_Event], driver: list[bool]) -> dict[str, np.ndarray]:
-        order = np.argsort(np.array([e.ts for e in evs], dtype=np.float64), kind="stable")
-        evs = [evs[i] for i in order]
-        t = empty_table("runtime", len(evs))
-        self._times(t, evs)
-        t["tid"][:] = _tids([e.tid for e in evs])
-        names = [e.name for e in evs]
-        t["name_id"][:] = self.ids(names)
-        args = [e.args or _NO_ARGS for e in evs]
-        t["correlation"][:] = _ints([a.correlation for a in args])
-        t["cbid"][:] = _ints([a.cbid for a in args])
-        kinds = {n: _api_kind(n) for n in set(names)}
-        t["api_kind"][:] = [kinds[n] for n in names]
-        t["driver"][:] = np.asarray(driver, dtype=bool)[order]
-        return t
-
-    def gpu(self, table: str, evs: list[_Event]) -> dict[str, np.ndarray]:
-        evs.sort(key=lambda e: e.ts)
-        t = empty_table(table, len(evs))
-        self._times(t, evs)
-        args = [e.args or _NO_ARGS for e in evs]
-        dev = _ints([a.device for a in args])
-        t["device"][:] = np.where(dev >= 0, dev, _tids([e.pid for e in evs]))
-        stream = _ints([a.stream for a in args])
-        t["stream"][:] = np.where(stream >= 0, stream, _tids([e.tid for e in evs]))
-        names = [e.name for e in evs]
-        t["name_id"][:] = self.ids(names)
-        if "correlation" in t:
-            t["correlation"][:] = _ints([a.correlation for a in args])
-        if table == "kernels":
-            for name, attr in (("grid", "grid"), ("block", "block")):
-                dims = np.array([v if v is not None and len(v) == 3 else (-1, -1, -1)
-                                 for v in (getattr(a, attr) for a in args)], dtype=np.int64).reshape(-1, 3)
-                for i, axis in enumerate("xyz"):
-                    t[f"{name}_{axis}"][:] = dims[:, i]
-            t["registers_per_thread"][:] = _ints([a.registers for a in args])
-            t["shared_memory_bytes"][:] = _ints([a.shared_memory for a in args])
-            t["blocks_per_sm"][:] = _floats([a.blocks_per_sm for a in args])
-            t["warps_per_sm"][:] = _floats([a.warps_per_sm for a in args])
-            t["est_occupancy_pct"][:] = _floats([a.est_occupancy for a in args])
-            t["graph_id"][:] = _ints([a.graph_id for a in args])
-        elif table == "memcpy":
-            kinds = {n: _memcpy_kind(n) for n in set(names)}
-            t["kind"][:] = [kinds[n][0] for n in names]
-            t["src_mem"][:] = [kinds[n][1] for n in names]
-            t["dst_mem"][:] = [kinds[n][2] for n in names]
-            t["bytes"][:] = _ints([a.bytes for a in args], 0)
-        elif table == "memset":
-            kinds_m = {n: _mem_kind(n[n.find("(") + 1: n.rfind(")")]) if "(" in n else 0 for n in set(names)}
-            t["dst_mem"][:] = [kinds_m[n] for n in names]
-            t["bytes"][:] = _ints([a.bytes for a in args], 0)
-        return t
-
-
-_NO_ARGS = _Args()
-
-
-def _nest(t: dict[str, np.ndarray]) -> None:
-    """parent_row/depth per thread; rows are sorted by (start, -dur) so parents come before children."""
-    n = t["start_ns"].size
-    parent = t["parent_row"]
-    depth = t["depth"]
-    ends = t["start_ns"] + t["dur_ns"]
-    stacks: dict[int, list[int]] = {}
-    starts_l = t["start_ns"].tolist()
-    ends_l = ends.tolist()
-    tids = t["tid"].tolist()
-    for i in range(n):
-        stack = stacks.setdefault(tids[i], [])
-        s = starts_l[i]
-        while stack and ends_l[stack[-1]] <= s:
-            stack.pop()
-        # A child that outlives its parent (clock jitter) is still nested if it starts inside it.
-        if stack:
-            parent[i] = stack[-1]
-            depth[i] = len(stack)
-        else:
-            parent[i] = -1
-            depth[i] = 0
-        stack.append(i)
-
-
-def _innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Row of the innermost op on the same thread whose [start, end) holds each time, -1 when none."""
-    out = np.full(t.shape, -1, dtype=np.int32)
-    if ops["start_ns"].size == 0 or t.size == 0:
-        return out
-    starts, ends, parent = ops["start_ns"], ops["start_ns"] + ops["dur_ns"], ops["parent_row"]
-    for th in np.unique(tid):
-        rows = np.flatnonzero(ops["tid"] == th)
-        if rows.size == 0:
-            continue
-        q = np.flatnonzero(tid == th)
-        i = np.searchsorted(starts[rows], t[q], side="right") - 1
-        cand = np.where(i >= 0, rows[np.clip(i, 0, None)], -1)
-        for _ in range(256):  # walk up the nesting until the candidate encloses the time
-            bad = (cand >= 0) & (ends[np.clip(cand, 0, None)] <= t[q])
-            if not bad.any():
-                break
-            cand = np.where(bad, parent[np.clip(cand, 0, None)], cand)
-        out[q] = cand
-    return out
-
-
-def _link_by_correlation(gpu: dict[str, np.ndarray], runtime: dict[str, np.ndarray]) -> None:
-    corr = runtime["correlation"]
-    if corr.size == 0 or gpu["correlation"].size == 0:
-        return
-    order = np.argsort(corr, kind="stable")
-    sc = corr[order]
-    i = np.clip(np.searchsorted(sc, gpu["correlation"]), 0, sc.size - 1)
-    hit = (sc[i] == gpu["correlation"]) & (gpu["correlation"] >= 0)
-    gpu["launch_row"][:] = np.where(hit, order[i], -1)
-    gpu["op_row"][:] = np.where(hit, runtime["op_row"][np.clip(gpu["launch_row"], 0, None)], -1)
-
-
-def _fwdbwd(ops: dict[str, np.ndarray], flows: list[Any]) -> None:
-    """fwd_row of backward ops from `fwdbwd` flow pairs (start 's' at the forward op, end 'f' at the backward op)."""
-    if not flows or ops["start_ns"].size == 0:
-        return
-    start: dict[Any, tuple[int, int]] = {}
-    end: dict[Any, tuple[int, int]] = {}
-    for f in flows:
-        point = (_tid(f.tid), int(round(_num(f.ts, 0) * 1000)))
-        (start if f.ph == "s" else end)[f.id] = point
-    pairs = [(start[k], end[k]) for k in start.keys() & end.keys()]
-    if not pairs:
-        return
-    fwd_tid = np.array([p[0][0] for p in pairs])
-    fwd_ts = np.array([p[0][1] for p in pairs], dtype=np.int64)
-    bwd_tid = np.array([p[1][0] for p in pairs])
-    bwd_ts = np.array([p[1][1] for p in pairs], dtype=np.int64)
-    fwd_rows = _innermost_enclosing(ops, fwd_tid, fwd_ts)
-    bwd_rows = _innermost_enclosing(ops, bwd_tid, bwd_ts)
-    ok = (fwd_rows >= 0) & (bwd_rows >= 0)
-    ops["fwd_row"][bwd_rows[ok]] = fwd_rows[ok]
+def _add_events(cols: EventColumns, events: list[Any]) -> None:
+    """Bucket complete events by category into ``cols``; keep ``fwdbwd`` flow points (any other phase)."""
+    buckets: dict[str, list[Any]] = {}
+    flows = cols.flows
+    for e in events:
+        if e.__class__ is _Complete:
+            lst = buckets.get(e.cat)
+            if lst is None:
+                lst = buckets[e.cat] = []
+            lst.append(e)
+        elif e.cat == "fwdbwd":
+            flows.append((e.__class__ is _FLOW_START, e.id, e.tid, e.ts))
+    cols.add(buckets)
 
 
 def _devices(props: list[dict[str, Any]] | None, rank: int) -> list[DeviceInfo]:
@@ -504,10 +324,6 @@ def _devices(props: list[dict[str, Any]] | None, rank: int) -> list[DeviceInfo]:
     return out
 
 
-_OP_CATS = frozenset(OP_CATEGORIES)
-_GPU_CATS = {"kernel": "kernels", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-
-
 def read_kineto(path: str | Path, rank: int | None = None) -> Profile:
     """Read one Kineto trace file (``.json`` or ``.json.gz``) into a canonical :class:`Profile`.
 
@@ -518,55 +334,62 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Profile:
     Raises:
         TraceError: missing or unreadable file, bad gzip, invalid JSON, JSON that is not a trace.
     """
-    path = Path(path)
-    # Millions of small, acyclic objects: the cyclic GC would only rescan them over and over.
+    return _read_profile(Path(path), rank)
+
+
+def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, stream: bool = True,
+                  threaded: bool = True) -> Profile:
+    """read_kineto with the knobs the tests turn: chunk size, streaming or one buffer, background inflate."""
+    # Many small, acyclic objects: the cyclic GC would only rescan them over and over.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _read(path, rank)
+        cols, trace = _stream(path, chunk_bytes, threaded) if stream else (None, None)
+        if cols is None or trace is None:
+            cols, trace = EventColumns(), _decode(path, read_bytes(path))
+            _add_events(cols, trace.traceEvents)
+            trace.traceEvents = []
+        return _build(path, rank, cols, trace)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _read(path: Path, rank: int | None) -> Profile:
-    trace = _decode(path, read_bytes(path))
+def _stream(path: Path, chunk_bytes: int, threaded: bool) -> tuple[EventColumns | None, _Trace | None]:
+    """Columns and the document without its events, decoded chunk by chunk; (None, None) when the document does
+    not split (the caller then decodes the whole buffer). File and gzip errors are raised as they are found."""
+    cols = EventColumns()
+
+    def on_chunk(chunk: bytes) -> None:
+        _add_events(cols, _decode_events(chunk))
+
+    pieces = read_pieces(path, chunk_bytes)
+    if threaded:
+        pieces = in_background(pieces)
+    with contextlib.closing(pieces):
+        try:
+            envelope = split_events(pieces, on_chunk, chunk_bytes)
+            return cols, _decode_envelope(envelope)
+        except SplitError:
+            return None, None
+
+
+def _decode_envelope(data: bytes) -> _Trace:
+    try:
+        return msgspec.json.decode(data, type=_Trace)
+    except msgspec.ValidationError:
+        try:
+            return _coerce(msgspec.json.decode(data, type=_LenientTrace))
+        except msgspec.DecodeError:
+            raise SplitError("document fields") from None
+
+
+def _build(path: Path, rank: int | None, cols: EventColumns, trace: _Trace) -> Profile:
     info = trace.distributedInfo or {}
     if rank is None:
         rank = _int(info.get("rank"), 0) if isinstance(info, dict) else 0
     profile = Profile()
-    b = _Builder(profile, rank)
-
-    buckets: dict[str, list[Any]] = {}
-    flows: list[Any] = []
-    for e in trace.traceEvents:
-        if e.ph == "X":
-            lst = buckets.get(e.cat)
-            if lst is None:
-                lst = buckets[e.cat] = []
-            lst.append(e)
-        elif e.cat == "fwdbwd":
-            flows.append(e)
-    if "Kernel" in buckets:
-        buckets.setdefault("kernel", []).extend(buckets.pop("Kernel"))
-    del trace.traceEvents[:]
-
-    ops = b.ops([e for c in _OP_CATS for e in buckets.get(c, [])])
-    rt_events = buckets.get("cuda_runtime", []) + buckets.get("cuda_driver", [])
-    driver = [False] * len(buckets.get("cuda_runtime", [])) + [True] * len(buckets.get("cuda_driver", []))
-    runtime = b.runtime(rt_events, driver)
-    runtime["op_row"][:] = _innermost_enclosing(ops, runtime["tid"], runtime["start_ns"])
-    _fwdbwd(ops, flows)
-    profile.tables["ops"] = ops
-    profile.tables["runtime"] = runtime
-    for cat, table in _GPU_CATS.items():
-        t = b.gpu(table, buckets.get(cat, []))
-        _link_by_correlation(t, runtime)
-        profile.tables[table] = t
-    profile.tables["gpu_annotations"] = b.gpu("gpu_annotations", buckets.get("gpu_user_annotation", []))
-    syncs = b.gpu("syncs", buckets.get("cuda_sync", []))
-    profile.tables["syncs"] = syncs
-
+    profile.tables.update(cols.tables(profile, rank))
     profile.devices = _devices(trace.deviceProperties, rank)
     base = trace.baseTimeNanoseconds
     profile.meta.update({

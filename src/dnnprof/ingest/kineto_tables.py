@@ -1,0 +1,381 @@
+"""Decoded Kineto events → canonical tables, one chunk of events at a time.
+
+:class:`EventColumns` turns each chunk's events into compact numpy columns per category (in file order) and
+forgets the events; :meth:`EventColumns.tables` then concatenates, sorts, interns names and links the tables
+(nesting, innermost enclosing op, correlation, ``fwdbwd`` flows). The result does not depend on how the events
+were chunked: rows are sorted stably from file order, and names are interned in the order of the sorted tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from dnnprof.model.profile import Profile
+from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS, OP_CATEGORIES, empty_table
+
+#: Kineto category → canonical table.
+TABLE_OF_CATEGORY = {
+    **dict.fromkeys(OP_CATEGORIES, "ops"),
+    "cuda_runtime": "runtime", "cuda_driver": "runtime",
+    "kernel": "kernels", "Kernel": "kernels", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
+    "gpu_user_annotation": "gpu_annotations", "cuda_sync": "syncs",
+}
+#: Categories in the order their rows are concatenated before the stable sort of each table.
+_SOURCES = {
+    "ops": OP_CATEGORIES, "runtime": ("cuda_runtime", "cuda_driver"), "kernels": ("kernel", "Kernel"),
+    "memcpy": ("gpu_memcpy",), "memset": ("gpu_memset",), "gpu_annotations": ("gpu_user_annotation",),
+    "syncs": ("cuda_sync",),
+}
+_GPU_TABLES = ("kernels", "memcpy", "memset", "gpu_annotations", "syncs")
+
+
+def tid_of(v: Any) -> int:
+    """Thread ids are ints, but some Kineto rows use strings ('stream 7 (sync)'): keep the first number."""
+    if isinstance(v, int):
+        return v
+    digits = "".join(ch if ch.isdigit() else " " for ch in str(v)).split()
+    return int(digits[0]) if digits else -1
+
+
+def _tids(values: list[Any]) -> np.ndarray:
+    return np.array([v if v.__class__ is int else tid_of(v) for v in values], dtype=np.int64)
+
+
+def _ints(values: list[Any], default: int = -1) -> np.ndarray:
+    """int64 column from a list of ints/None (None → default)."""
+    return np.array([default if v is None else v for v in values], dtype=np.int64)
+
+
+def _floats(values: list[Any]) -> np.ndarray:
+    return np.array(values, dtype=np.float64)
+
+
+def _ns(values: np.ndarray) -> np.ndarray:
+    return np.rint(values * 1000.0).astype(np.int64)
+
+
+def _memcpy_kind(name: str) -> tuple[int, int, int]:
+    """(kind, src_mem, dst_mem) from a CUPTI memcpy name like 'Memcpy HtoD (Pageable -> Device)'."""
+    kind = next((i for i, k in enumerate(MEMCPY_KINDS) if i and f" {k}" in name), 0)
+    src = dst = 0
+    if "(" in name and "->" in name:
+        inner = name[name.index("(") + 1: name.rindex(")")] if ")" in name else name[name.index("(") + 1:]
+        a, _, b = inner.partition("->")
+        src, dst = _mem_kind(a), _mem_kind(b)
+    return kind, src, dst
+
+
+def _mem_kind(s: str) -> int:
+    s = s.strip().lower()
+    return MEMORY_KINDS.index(s) if s in MEMORY_KINDS else 0
+
+
+def _memset_kind(name: str) -> int:
+    return _mem_kind(name[name.find("(") + 1: name.rfind(")")]) if "(" in name else 0
+
+
+#: Host-blocking synchronisation (cudaStreamWaitEvent is a GPU-side dependency and counts as an event call).
+_SYNC_APIS = ("Synchronize",)
+
+
+def _api_kind(name: str) -> int:
+    if "Graph" in name and "Launch" in name:
+        return API_KINDS.index("graph_launch")
+    if "LaunchKernel" in name or "LaunchCooperativeKernel" in name or name.startswith("cuLaunch"):
+        return API_KINDS.index("launch")
+    if "Memcpy" in name:
+        return API_KINDS.index("memcpy")
+    if "Memset" in name:
+        return API_KINDS.index("memset")
+    if any(s in name for s in _SYNC_APIS):
+        return API_KINDS.index("sync")
+    if "Event" in name:
+        return API_KINDS.index("event")
+    return API_KINDS.index("other")
+
+
+class _NoArgs:
+    """Stands in for a missing ``args`` object: every field None."""
+
+    def __getattr__(self, name: str) -> None:
+        return None
+
+
+_NO_ARGS = _NoArgs()
+_GRID_UNKNOWN = (-1, -1, -1)
+
+
+class EventColumns:
+    """Compact columns of the events seen so far, per Kineto category, in file order.
+
+    Names are kept as ids into a local string table until :meth:`tables` interns them into the profile.
+    """
+
+    def __init__(self) -> None:
+        self._strings: dict[str, int] = {}
+        self._parts: dict[str, list[dict[str, np.ndarray]]] = {}
+        self.flows: list[tuple[bool, Any, Any, Any]] = []  # fwdbwd flow points: (is_start, id, tid, ts_us)
+
+    # --- per chunk ------------------------------------------------------------------------------------------
+    def add(self, buckets: dict[str, list[Any]]) -> None:
+        """Columns of one chunk's complete ('X') events, grouped by category; categories without a table are
+        ignored."""
+        for cat, evs in buckets.items():
+            table = TABLE_OF_CATEGORY.get(cat)
+            if table is None or not evs:
+                continue
+            cols = {"ts": _floats([e.ts for e in evs]), "dur": _floats([e.dur for e in evs]),
+                    "name": self._ids([e.name for e in evs])}
+            args = [e.args or _NO_ARGS for e in evs]
+            if table == "ops":
+                self._op_columns(cols, evs, args)
+            elif table == "runtime":
+                cols["tid"] = _tids([e.tid for e in evs])
+                cols["correlation"] = _ints([a.correlation for a in args])
+                cols["cbid"] = _ints([a.cbid for a in args])
+            else:
+                self._gpu_columns(table, cols, evs, args)
+            self._parts.setdefault(cat, []).append(cols)
+
+    def _ids(self, names: list[str]) -> np.ndarray:
+        d = self._strings
+        sd = d.setdefault
+        return np.array([sd(n, len(d)) for n in names], dtype=np.int32)
+
+    def _opt_ids(self, values: list[Any]) -> np.ndarray:
+        d = self._strings
+        sd = d.setdefault
+        return np.array([-1 if v is None or v == "" else sd(str(v), len(d)) for v in values], dtype=np.int32)
+
+    def _op_columns(self, cols: dict[str, np.ndarray], evs: list[Any], args: list[Any]) -> None:
+        cols["tid"] = _tids([e.tid for e in evs])
+        cols["external_id"] = _ints([a.external_id for a in args])
+        cols["sequence_nr"] = _ints([a.sequence_nr for a in args])
+        cols["fwd_thread_id"] = _ints([a.fwd_thread_id for a in args])
+        cols["module"] = self._opt_ids([a.module_hierarchy for a in args])
+        cols["stack"] = self._opt_ids([a.call_stack for a in args])
+        encode = msgspec.json.encode
+        cols["dims"] = self._opt_ids([encode(d).decode() if (d := a.input_dims) else None for a in args])
+
+    def _gpu_columns(self, table: str, cols: dict[str, np.ndarray], evs: list[Any], args: list[Any]) -> None:
+        dev = _ints([a.device for a in args])
+        if (dev < 0).any():
+            dev = np.where(dev >= 0, dev, _tids([e.pid for e in evs]))
+        stream = _ints([a.stream for a in args])
+        if (stream < 0).any():
+            stream = np.where(stream >= 0, stream, _tids([e.tid for e in evs]))
+        cols["device"], cols["stream"] = dev, stream
+        if table != "gpu_annotations":
+            cols["correlation"] = _ints([a.correlation for a in args])
+        if table == "kernels":
+            for name in ("grid", "block"):
+                dims = [v if v is not None and len(v) == 3 else _GRID_UNKNOWN for v in (getattr(a, name) for a in args)]
+                cols[name] = np.array(dims, dtype=np.int64).reshape(-1, 3)
+            cols["registers_per_thread"] = _ints([a.registers for a in args])
+            cols["shared_memory_bytes"] = _ints([a.shared_memory for a in args])
+            cols["blocks_per_sm"] = _floats([a.blocks_per_sm for a in args])
+            cols["warps_per_sm"] = _floats([a.warps_per_sm for a in args])
+            cols["est_occupancy_pct"] = _floats([a.est_occupancy for a in args])
+            cols["graph_id"] = _ints([a.graph_id for a in args])
+        elif table in ("memcpy", "memset"):
+            cols["bytes"] = _ints([a.bytes for a in args], 0)
+
+    # --- at the end -----------------------------------------------------------------------------------------
+    def tables(self, profile: Profile, rank: int) -> dict[str, dict[str, np.ndarray]]:
+        """The canonical tables of everything added, with names interned into ``profile``."""
+        self._keys = list(self._strings)
+        self._lut = np.full(len(self._keys) + 1, -1, dtype=np.int32)  # local id → profile id; [-1] stays -1
+        self._profile = profile
+        out = {"ops": self._ops(rank)}
+        out["runtime"] = runtime = self._runtime(rank)
+        runtime["op_row"][:] = innermost_enclosing(out["ops"], runtime["tid"], runtime["start_ns"])
+        fwdbwd(out["ops"], self.flows)
+        for table in _GPU_TABLES:
+            t = out[table] = self._gpu(table, rank)
+            if table in ("kernels", "memcpy", "memset"):
+                link_by_correlation(t, runtime)
+        return out
+
+    def _concat(self, table: str) -> tuple[dict[str, np.ndarray], list[tuple[str, int]]]:
+        """Columns of a table in category order, and (category, rows) per category."""
+        parts = [(c, p) for c in _SOURCES[table] for p in self._parts.pop(c, [])]
+        counts: dict[str, int] = {}
+        for c, p in parts:
+            counts[c] = counts.get(c, 0) + p["ts"].size
+        if not parts:
+            return {}, []
+        return {k: np.concatenate([p[k] for _, p in parts]) for k in parts[0][1]}, list(counts.items())
+
+    def _intern(self, local: np.ndarray) -> np.ndarray:
+        """Profile string ids for local ids (-1 stays -1), interning new strings in order of first use."""
+        lut, keys, intern = self._lut, self._keys, self._profile.intern
+        uniq, first = np.unique(local, return_index=True)
+        for u in uniq[np.argsort(first, kind="stable")].tolist():
+            if u >= 0 and lut[u] < 0:
+                lut[u] = intern(keys[u])
+        return lut[local]
+
+    def _by_name(self, local: np.ndarray, fn: Any) -> list[Any]:
+        """fn(name) for every row, computed once per distinct name."""
+        uniq, inverse = np.unique(local, return_inverse=True)
+        values = [fn(self._keys[u]) for u in uniq.tolist()]
+        return [values[i] for i in inverse.tolist()]
+
+    def _start(self, table: str, cols: dict[str, np.ndarray], order: np.ndarray, rank: int) -> dict[str, np.ndarray]:
+        t = empty_table(table, order.size)
+        t["rank"][:] = rank
+        if order.size:
+            t["start_ns"][:] = _ns(cols["ts"][order])
+            t["dur_ns"][:] = np.maximum(_ns(cols["dur"][order]), 0)
+        return t
+
+    def _ops(self, rank: int) -> dict[str, np.ndarray]:
+        cols, counts = self._concat("ops")
+        if not counts:
+            t = empty_table("ops", 0)
+            return t
+        # Python's stable sort by (ts, -dur): parents (longer) before children that start together.
+        order = np.argsort(-cols["dur"], kind="stable")
+        order = order[np.argsort(cols["ts"][order], kind="stable")]
+        t = self._start("ops", cols, order, rank)
+        cats = np.concatenate([np.full(n, OP_CATEGORIES.index(c), dtype=np.int8) for c, n in counts])
+        t["tid"][:] = cols["tid"][order]
+        t["name_id"][:] = self._intern(cols["name"][order])
+        t["category"][:] = cats[order]
+        for k in ("external_id", "sequence_nr", "fwd_thread_id"):
+            t[k][:] = cols[k][order]
+        t["module_id"][:] = self._intern(cols["module"][order])
+        t["stack_id"][:] = self._intern(cols["stack"][order])
+        t["input_dims_id"][:] = self._intern(cols["dims"][order])
+        nest(t)
+        return t
+
+    def _runtime(self, rank: int) -> dict[str, np.ndarray]:
+        cols, counts = self._concat("runtime")
+        if not counts:
+            return empty_table("runtime", 0)
+        order = np.argsort(cols["ts"], kind="stable")
+        t = self._start("runtime", cols, order, rank)
+        t["tid"][:] = cols["tid"][order]
+        names = cols["name"][order]
+        t["name_id"][:] = self._intern(names)
+        t["correlation"][:] = cols["correlation"][order]
+        t["cbid"][:] = cols["cbid"][order]
+        if names.size:
+            t["api_kind"][:] = self._by_name(names, _api_kind)
+        driver = np.concatenate([np.full(n, c == "cuda_driver") for c, n in counts])
+        t["driver"][:] = driver[order]
+        return t
+
+    def _gpu(self, table: str, rank: int) -> dict[str, np.ndarray]:
+        cols, counts = self._concat(table)
+        if not counts:
+            return empty_table(table, 0)
+        order = np.argsort(cols["ts"], kind="stable")
+        t = self._start(table, cols, order, rank)
+        t["device"][:] = cols["device"][order]
+        t["stream"][:] = cols["stream"][order]
+        names = cols["name"][order]
+        t["name_id"][:] = self._intern(names)
+        if "correlation" in t:
+            t["correlation"][:] = cols["correlation"][order]
+        if table == "kernels":
+            for name in ("grid", "block"):
+                dims = cols[name][order]
+                for i, axis in enumerate("xyz"):
+                    t[f"{name}_{axis}"][:] = dims[:, i]
+            for k in ("registers_per_thread", "shared_memory_bytes", "blocks_per_sm", "warps_per_sm",
+                      "est_occupancy_pct", "graph_id"):
+                t[k][:] = cols[k][order]
+        elif table == "memcpy":
+            kinds = np.array(self._by_name(names, _memcpy_kind), dtype=np.int64).reshape(-1, 3)
+            t["kind"][:], t["src_mem"][:], t["dst_mem"][:] = kinds[:, 0], kinds[:, 1], kinds[:, 2]
+            t["bytes"][:] = cols["bytes"][order]
+        elif table == "memset":
+            t["dst_mem"][:] = self._by_name(names, _memset_kind)
+            t["bytes"][:] = cols["bytes"][order]
+        return t
+
+
+def nest(t: dict[str, np.ndarray]) -> None:
+    """parent_row/depth per thread; rows are sorted by (start, -dur) so parents come before children."""
+    n = t["start_ns"].size
+    parent = t["parent_row"]
+    depth = t["depth"]
+    ends = t["start_ns"] + t["dur_ns"]
+    stacks: dict[int, list[int]] = {}
+    starts_l = t["start_ns"].tolist()
+    ends_l = ends.tolist()
+    tids = t["tid"].tolist()
+    for i in range(n):
+        stack = stacks.setdefault(tids[i], [])
+        s = starts_l[i]
+        while stack and ends_l[stack[-1]] <= s:
+            stack.pop()
+        # A child that outlives its parent (clock jitter) is still nested if it starts inside it.
+        if stack:
+            parent[i] = stack[-1]
+            depth[i] = len(stack)
+        else:
+            parent[i] = -1
+            depth[i] = 0
+        stack.append(i)
+
+
+def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Row of the innermost op on the same thread whose [start, end) holds each time, -1 when none."""
+    out = np.full(t.shape, -1, dtype=np.int32)
+    if ops["start_ns"].size == 0 or t.size == 0:
+        return out
+    starts, ends, parent = ops["start_ns"], ops["start_ns"] + ops["dur_ns"], ops["parent_row"]
+    for th in np.unique(tid):
+        rows = np.flatnonzero(ops["tid"] == th)
+        if rows.size == 0:
+            continue
+        q = np.flatnonzero(tid == th)
+        i = np.searchsorted(starts[rows], t[q], side="right") - 1
+        cand = np.where(i >= 0, rows[np.clip(i, 0, None)], -1)
+        for _ in range(256):  # walk up the nesting until the candidate encloses the time
+            bad = (cand >= 0) & (ends[np.clip(cand, 0, None)] <= t[q])
+            if not bad.any():
+                break
+            cand = np.where(bad, parent[np.clip(cand, 0, None)], cand)
+        out[q] = cand
+    return out
+
+
+def link_by_correlation(gpu: dict[str, np.ndarray], runtime: dict[str, np.ndarray]) -> None:
+    """launch_row/op_row of GPU activities from the runtime call with the same correlation id."""
+    corr = runtime["correlation"]
+    if corr.size == 0 or gpu["correlation"].size == 0:
+        return
+    order = np.argsort(corr, kind="stable")
+    sc = corr[order]
+    i = np.clip(np.searchsorted(sc, gpu["correlation"]), 0, sc.size - 1)
+    hit = (sc[i] == gpu["correlation"]) & (gpu["correlation"] >= 0)
+    gpu["launch_row"][:] = np.where(hit, order[i], -1)
+    gpu["op_row"][:] = np.where(hit, runtime["op_row"][np.clip(gpu["launch_row"], 0, None)], -1)
+
+
+def fwdbwd(ops: dict[str, np.ndarray], flows: list[tuple[bool, Any, Any, Any]]) -> None:
+    """fwd_row of backward ops from `fwdbwd` flow pairs (start 's' at the forward op, end 'f' at the backward op)."""
+    if not flows or ops["start_ns"].size == 0:
+        return
+    start: dict[Any, tuple[int, int]] = {}
+    end: dict[Any, tuple[int, int]] = {}
+    for is_start, fid, tid, ts in flows:
+        (start if is_start else end)[fid] = (tid_of(tid), round(ts * 1000))
+    pairs = [(start[k], end[k]) for k in start.keys() & end.keys()]
+    if not pairs:
+        return
+    fwd_tid = np.array([p[0][0] for p in pairs])
+    fwd_ts = np.array([p[0][1] for p in pairs], dtype=np.int64)
+    bwd_tid = np.array([p[1][0] for p in pairs])
+    bwd_ts = np.array([p[1][1] for p in pairs], dtype=np.int64)
+    fwd_rows = innermost_enclosing(ops, fwd_tid, fwd_ts)
+    bwd_rows = innermost_enclosing(ops, bwd_tid, bwd_ts)
+    ok = (fwd_rows >= 0) & (bwd_rows >= 0)
+    ops["fwd_row"][bwd_rows[ok]] = fwd_rows[ok]

@@ -1,0 +1,225 @@
+"""Stream a Chrome-trace JSON document as JSON arrays of whole events, while it is read and gunzipped.
+
+A 40 MB trace then never sits in memory as one buffer, nor as one list of decoded events: the caller decodes
+each array of a few thousand events, keeps compact columns and drops the events before the next one.
+
+Event boundaries are found cheaply (an event's closing ``}`` followed by ``,`` and the next ``{``) and proven
+by the decoder rather than trusted: JSON is parsed left to right with a state fixed by the prefix, so when
+``[`` + a stretch of the ``traceEvents`` array + ``]`` decodes, the stretch ended exactly between two elements of
+that array. When the cut was wrong (a ``}, {`` inside an event's nested objects) the stretch fails to decode and
+an earlier cut is tried. The rest of the document (everything but the events) is checked the same way: it must
+decode with an empty ``traceEvents`` array in place, the key must sit at the top level and appear once. Any
+document that does not fit this shape raises :class:`SplitError`; the caller then decodes the whole buffer,
+which also produces the precise error message for files that are not valid traces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import msgspec
+
+from dnnprof.ingest.errors import TraceError
+
+#: Decoded text per chunk: large enough that per-chunk overheads vanish, small enough to bound memory.
+CHUNK_BYTES = 1 << 20
+
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_SEPARATOR = re.compile(rb"\s*,\s*\{")  # after an event's closing brace: the comma and the next event's opening
+_CUT_TRIES = 4  # cut candidates tried (right to left) before a stretch is declared unsplittable
+_END_TRIES = 16  # candidates for the array's closing bracket
+
+
+class SplitError(Exception):
+    """The document does not have the shape the splitter handles; decode the whole buffer instead."""
+
+
+def read_pieces(path: Path, piece_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The file's bytes in pieces of about ``piece_bytes``, gunzipped when the file is gzip (by magic number).
+
+    Raises:
+        TraceError: unreadable file, corrupt or truncated gzip (the messages of a one-shot read).
+    """
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: is a directory") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+    with f:
+        try:
+            head = f.read(2)
+            if head != b"\x1f\x8b":
+                yield head
+                while piece := f.read(piece_bytes):
+                    yield piece
+                return
+            raw = head + f.read()
+        except OSError as e:
+            raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+    yield from _inflate(path, raw, piece_bytes)
+
+
+def _inflate(path: Path, raw: bytes, piece_bytes: int) -> Iterator[bytes]:
+    """Inflate one gzip member in bounded pieces; data after its end is ignored, like a one-shot inflate."""
+    d = zlib.decompressobj(31)  # wbits 31: gzip framing
+    view = memoryview(raw)
+    step = max(piece_bytes // 16, 1 << 12)  # compressed bytes per call (traces compress ~20x)
+    pos = 0
+    try:
+        while not d.eof:
+            if d.unconsumed_tail:
+                data: bytes | memoryview = d.unconsumed_tail
+            elif pos < len(raw):
+                data, pos = view[pos:pos + step], pos + step
+            else:
+                data = b""  # drain what zlib still holds
+            out = d.decompress(data, piece_bytes)
+            if out:
+                yield out
+            elif not data:
+                break
+    except zlib.error as e:
+        raise TraceError(f"{path}: corrupt gzip ({e})") from None
+    if not d.eof:
+        raise TraceError(f"{path}: truncated gzip (the file ends before the compressed data does)")
+
+
+_END = object()
+
+
+def in_background(pieces: Iterator[bytes], depth: int = 2) -> Iterator[bytes]:
+    """The same pieces, produced by a thread up to ``depth`` ahead (zlib releases the GIL while inflating).
+
+    Errors of the producer are raised in the consumer; a consumer that stops early stops the producer.
+    """
+    q: queue.Queue[object] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for piece in pieces:
+                q.put(piece)
+                if stop.is_set():
+                    return
+        except TraceError as e:
+            q.put(e)
+        finally:
+            q.put(_END)
+
+    t = threading.Thread(target=produce, name="dnnprof-inflate", daemon=True)
+    t.start()
+    try:
+        while (item := q.get()) is not _END:
+            if isinstance(item, TraceError):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        while t.is_alive():  # unblock a producer waiting on a full queue
+            with contextlib.suppress(queue.Empty):
+                q.get(timeout=0.05)
+        t.join()
+
+
+def split_events(pieces: Iterator[bytes], on_chunk: Callable[[bytes], None],
+                 chunk_bytes: int = CHUNK_BYTES) -> bytes:
+    """Feed ``on_chunk`` the ``traceEvents`` array as JSON arrays of whole events, in order.
+
+    Args:
+        pieces: the document's bytes, in pieces of any size.
+        on_chunk: decodes one array (``b"[...]"``); raises ``msgspec.DecodeError`` when it is not valid JSON
+            (the cut was wrong), and must then leave no trace of the attempt.
+        chunk_bytes: text per array, about.
+
+    Returns:
+        The document with an empty ``traceEvents`` array in place of the events (``{"traceEvents":[]}`` for a
+        bare array of events), checked to be valid JSON.
+
+    Raises:
+        SplitError: the document does not have the expected shape, or a stretch of events does not decode.
+    """
+    it = iter(pieces)
+    buf = b""
+    head = None
+    close = b""  # what the document lacks after its last byte to be an object
+    for piece in it:
+        buf += piece
+        lead = buf.lstrip()
+        if not lead:
+            continue
+        if lead[:1] == b"[":  # the Chrome trace format also allows a bare array of events
+            head, close, buf = b'{"traceEvents":', b"}", buf[len(buf) - len(lead) + 1:]
+            break
+        if lead[:1] != b"{":
+            raise SplitError("not a JSON object")
+        m = _KEY.search(buf)
+        if m:
+            head, buf = buf[:m.end() - 1], buf[m.end():]
+            break
+    if head is None:
+        raise SplitError("no traceEvents array")
+    _check_json(head + b"[]}", "traceEvents is not a top-level key")
+
+    for piece in it:
+        buf += piece
+        if len(buf) >= chunk_bytes:
+            buf = _emit(buf, on_chunk)
+    return head + b"[]" + _emit_last(buf, on_chunk, head, close) + close
+
+
+def _emit(buf: bytes, on_chunk: Callable[[bytes], None]) -> bytes:
+    """Decode the longest run of whole events at the start of ``buf``; returns what is left."""
+    end = len(buf)
+    for _ in range(_CUT_TRIES):
+        i = buf.rfind(b"}", 0, end)
+        while i >= 0 and not (m := _SEPARATOR.match(buf, i + 1)):
+            i = buf.rfind(b"}", 0, i)
+        if i < 0:
+            return buf  # no boundary yet: one event longer than what was read
+        try:
+            on_chunk(b"[" + buf[:i + 1] + b"]")
+        except msgspec.DecodeError:
+            end = i  # a brace inside an event: try an earlier one
+            continue
+        return buf[m.end() - 1:]
+    raise SplitError("no event boundary decodes")
+
+
+def _emit_last(buf: bytes, on_chunk: Callable[[bytes], None], head: bytes, close: bytes) -> bytes:
+    """The events up to the array's closing bracket; returns the text after it."""
+    end = len(buf)
+    for _ in range(_END_TRIES):
+        j = buf.rfind(b"]", 0, end)
+        if j < 0:
+            break
+        end, tail = j, buf[j + 1:]
+        if b'"traceEvents"' in tail or not _is_json(head + b"[]" + tail + close):
+            continue
+        try:
+            on_chunk(b"[" + buf[:j] + b"]")
+        except msgspec.DecodeError:
+            continue
+        return tail
+    raise SplitError("no end of the events array")
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+def _check_json(data: bytes, problem: str) -> None:
+    if not _is_json(data):
+        raise SplitError(problem)
