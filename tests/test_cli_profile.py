@@ -26,7 +26,7 @@ def dnnprof(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Completed
 
 def test_tiny_workload_on_cpu_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    r = dnnprof("profile", "transformer-tiny", "--device", "cpu", "--warmup-steps", "1", "--steps", "2",
+    r = dnnprof("profile", "transformer-tiny", "--device", "cpu", "--warmup-steps", "2", "--steps", "2",
                 "--batch-size", "2", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     meta = json.loads((out / "meta.json").read_text())

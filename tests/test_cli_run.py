@@ -117,7 +117,7 @@ def test_ctrl_c_flushes_what_was_collected_and_marks_the_run_incomplete(tmp_path
 
 @pytest.mark.parametrize("args, message", [
     (["run"], "no command: dnnprof run [OPTIONS] -- python train.py"),
-    (["run", "--warmup-steps", "0", "--", "python", "x.py"], "--warmup-steps must be at least 1"),
+    (["run", "--warmup-steps", "1", "--", "python", "x.py"], "--warmup-steps must be at least 2"),
     (["run", "--nvml-period-ms", "2", "--", "python", "x.py"], "NVML period 0.002 s is outside"),
     (["run", "--", "/nonexistent/program"], "/nonexistent/program: cannot run"),
 ])

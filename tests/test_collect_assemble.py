@@ -72,7 +72,8 @@ def make_run(tmp: Path, wall_lag_ns: int = 0) -> dict[str, Any]:
     col = {
         "status": "complete", "step_source": "optimizer", "step_start_ns": starts, "step_end_ns": ends,
         "step_items": [8 * 512] * 6,
-        "plan": {"warmup": 4, "steps": 1, "attribution": 1, "baseline_after": 0, "pre_baseline": [2, 4]},
+        "plan": {"warmup": 4, "steps": 1, "attribution": 1, "baseline_after": 0, "pre_baseline": [2, 4],
+                 "post_baseline": [7, 7]},
         "windows": [
             {"kind": "timing", "first_step": 4, "last_step": 4, "trace": "trace/timing.json.gz",
              "started_ns": starts[4], "stopped_ns": ends[4] + 1_000_000,

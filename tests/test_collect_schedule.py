@@ -15,20 +15,22 @@ def _timeline(plan: Plan, upto: int) -> dict[int, tuple[str, ...]]:
 def test_default_mode_windows_in_order() -> None:
     plan = Plan(warmup=5, steps=10, attribution=2, baseline_after=3)
     assert plan.main == range(5, 15)
-    assert plan.attribution_window == range(15, 17)
+    # One unprofiled step between profiler sessions (CUPTI teardown), and before the baseline after them.
+    assert plan.attribution_window == range(16, 18)
     assert plan.pre_baseline == range(2, 5)
-    assert plan.post_baseline == range(17, 20)
+    assert plan.post_baseline == range(19, 22)
     assert _timeline(plan, 30) == {
         2: ("start_sampling",),
         5: ("start_main",),
-        15: ("stop_main", "start_attribution"),
-        17: ("stop_attribution", "stop_sampling", "export"),
-        20: ("finish",),
+        15: ("stop_main",),
+        16: ("start_attribution",),
+        18: ("stop_attribution", "stop_sampling", "export"),
+        22: ("finish",),
     }
-    assert plan.total_steps == 20
-    assert [plan.window_of(s) for s in (0, 4, 5, 14, 15, 16, 17, 19, 20)] == [
-        "warmup", "warmup", "main", "main", "attribution", "attribution", "baseline_after", "baseline_after",
-        "after"]
+    assert plan.total_steps == 22
+    assert [plan.window_of(s) for s in (0, 4, 5, 14, 15, 16, 17, 18, 19, 21, 22)] == [
+        "warmup", "warmup", "main", "main", "gap", "attribution", "attribution", "gap", "baseline_after",
+        "baseline_after", "after"]
 
 
 def test_full_mode_has_one_window_and_exports_when_it_stops() -> None:
@@ -40,9 +42,11 @@ def test_full_mode_has_one_window_and_exports_when_it_stops() -> None:
 
 def test_baseline_uses_at_most_the_later_warmup_steps() -> None:
     assert Plan(warmup=20, steps=1).pre_baseline == range(15, 20)
-    assert Plan(warmup=2, steps=1).pre_baseline == range(1, 2)
-    assert Plan(warmup=3, steps=4, baseline_after=2).is_baseline(1)
+    assert Plan(warmup=3, steps=1).pre_baseline == range(2, 3)
+    assert Plan(warmup=2, steps=1).pre_baseline == range(2, 2)  # step 1 pays for the first profiler's teardown
+    assert Plan(warmup=3, steps=4, baseline_after=2).is_baseline(2)
     assert not Plan(warmup=3, steps=4, baseline_after=2).is_baseline(3)
+    assert Plan(warmup=3, steps=4, baseline_after=2).post_baseline == range(8, 10)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -57,7 +61,7 @@ def test_bad_plans_are_refused(kwargs: dict, message: str) -> None:
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"mode": "fast"}, "unknown capture mode 'fast'; modes: default, full, counters"),
-    ({"warmup_steps": 0}, "--warmup-steps must be at least 1"),
+    ({"warmup_steps": 1}, "--warmup-steps must be at least 2"),
     ({"steps": 0}, "--steps must be at least 1"),
     ({"nvml_period_s": 5.0}, r"outside 0\.005–1 s"),
     ({"step_marker": " "}, "non-empty range name"),

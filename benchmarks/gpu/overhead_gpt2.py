@@ -79,7 +79,7 @@ def _script_median(times_path: Path, first: int, count: int) -> tuple[float, lis
 def run_config(name: str, dnnprof_args: list[str] | None) -> dict:
     times = OUT / f"steps_{name}.json"
     warmup, n = RUN["warmup"], RUN["steps"]
-    target = [sys.executable, __file__, "--train", "--steps", str(warmup + n + 10), "--times", str(times),
+    target = [sys.executable, __file__, "--train", "--steps", str(warmup + n + 15), "--times", str(times),
               *(["--smoke"] if RUN["smoke"] else [])]
     run_dir = OUT / f"run_{name}"
     if dnnprof_args is None:
@@ -126,7 +126,7 @@ def run_config(name: str, dnnprof_args: list[str] | None) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--train", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--steps", type=int, default=40, help=argparse.SUPPRESS)
+    p.add_argument("--steps", type=int, default=45, help=argparse.SUPPRESS)
     p.add_argument("--times", default="", help=argparse.SUPPRESS)
     p.add_argument("--variants", action="store_true", help="also default mode without NVML sampling")
     p.add_argument("--smoke", action="store_true", help="tiny model on the CPU: checks the harness, measures nothing")

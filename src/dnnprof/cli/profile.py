@@ -28,7 +28,7 @@ def profile(
     mode: str | None = typer.Option(None, "--mode", help="train|infer (default train)."),
     device: str | None = typer.Option(None, "--device", help="cuda|cpu (default cuda)."),
     steps: int = typer.Option(10, "--steps", help="Steps in the profiled window."),
-    warmup_steps: int = typer.Option(5, "--warmup-steps", help="Unprofiled steps first (>= 1)."),
+    warmup_steps: int = typer.Option(5, "--warmup-steps", help="Unprofiled steps first (>= 2)."),
     num_workers: int | None = typer.Option(None, "--num-workers", help="DataLoader workers (default 2 on cuda, 0 "
                                                                        "on cpu)."),
     pin_memory: bool | None = typer.Option(None, "--pin-memory/--no-pin-memory", help="Pin host batches "

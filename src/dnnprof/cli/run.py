@@ -75,7 +75,7 @@ def report(result: Any, quiet: bool = False) -> None:
 
 def run(
     ctx: typer.Context,
-    warmup_steps: int = typer.Option(5, "--warmup-steps", help="Unprofiled steps before the window (>= 1)."),
+    warmup_steps: int = typer.Option(5, "--warmup-steps", help="Unprofiled steps before the window (>= 2)."),
     steps: int = typer.Option(10, "--steps", help="Steps in the profiled window."),
     out: Path | None = typer.Option(None, "--out", help="Run directory (default dnnprof-runs/<name>-<UTC time>)."),
     name: str | None = typer.Option(None, "--name", help="Run name (default: the script's name)."),

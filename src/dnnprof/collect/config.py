@@ -24,7 +24,7 @@ class CollectorConfig:
 
     Attributes:
         mode: ``default`` (timing window + attribution window, low overhead) or ``full``.
-        warmup_steps: unprofiled steps first (at least 1).
+        warmup_steps: unprofiled steps first (at least 2).
         steps: steps in the timing (or full) window.
         attribution_steps: steps in the attribution window (default mode with CUDA).
         baseline_after_steps: unprofiled steps timed after the windows.
@@ -58,8 +58,9 @@ class CollectorConfig:
         """Raise ``ValueError`` naming the bad setting and what is allowed."""
         if self.mode not in MODES:
             raise ValueError(f"unknown capture mode {self.mode!r}; modes: {', '.join(MODES)}")
-        if self.warmup_steps < 1:
-            raise ValueError("--warmup-steps must be at least 1 (step 0 starts before any boundary is seen)")
+        if self.warmup_steps < 2:
+            raise ValueError("--warmup-steps must be at least 2 (step 0 has no start boundary, and one step must "
+                             "separate profiler sessions)")
         if self.steps < 1:
             raise ValueError("--steps must be at least 1")
         if self.attribution_steps < 1:

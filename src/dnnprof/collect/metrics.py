@@ -58,8 +58,7 @@ def overhead(col: dict[str, Any]) -> dict[str, Any]:
     plan = col.get("plan", {})
     pre = range(*plan.get("pre_baseline", [0, 0]))
     attrib = _window(col, "attribution")
-    post_start = (attrib.stop if len(attrib) else timed_window(col).stop)
-    post = range(post_start, post_start + int(plan.get("baseline_after", 0)))
+    post = range(*plan.get("post_baseline", [0, 0]))
     base = [dur[i] for i in [*pre, *post] if i in dur]
     timed = [dur[i] for i in timed_window(col) if i in dur]
     att = [dur[i] for i in attrib if i in dur]

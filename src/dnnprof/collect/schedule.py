@@ -3,12 +3,19 @@
 A run is cut into steps by boundaries (an optimizer step, the end of a marker range, ``dnnprof.step()``).
 At boundary ``k``, ``k`` steps have completed and step ``k`` is about to start. Default (low-overhead) mode::
 
-    steps  0 .. W-1          warm-up (unprofiled; the later half is the unprofiled baseline)
-    steps  W .. W+S-1        timing window: CUDA activity only (kernels, copies, runtime calls), ~1.02x
-    steps  W+S .. W+S+A-1    attribution window: CPU ops + module ranges, joined onto the timing window
-    steps  .. +B             unprofiled baseline after the windows, then the collector is done
+    steps  0 .. W-1            warm-up (unprofiled; the later half is the unprofiled baseline)
+    steps  W .. W+S-1          timing window: CUDA activity only (kernels, copies, runtime calls), ~1.02x
+    step   W+S                 gap: no profiler
+    steps  W+S+1 .. W+S+A      attribution window: CPU ops + module ranges, joined onto the timing window
+    step   W+S+A+1             gap
+    steps  .. +B               unprofiled baseline after the windows, then the collector is done
 
 ``--full`` (or a run without CUDA) has one window of S steps with everything and no attribution window.
+
+Why the gaps: after a profiler session stops, Kineto tears CUPTI down asynchronously, from the next CUDA call;
+a session that starts before that has happened can lose its GPU events (pytorch/kineto#1554), and the step
+that pays for the teardown is not a fair baseline. One unprofiled step between sessions lets it finish. For the
+same reason the step after the first boundary (where the whole-run fallback session stops) is never a baseline.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ ACTIONS = (
 
 #: Most unprofiled warm-up steps used as the "before" baseline.
 MAX_PRE_BASELINE = 5
+#: Unprofiled steps between two profiler sessions (and after the last one, before the baseline).
+GAP = 1
 
 
 @dataclass(frozen=True)
@@ -61,21 +70,27 @@ class Plan:
 
     @property
     def attribution_window(self) -> range:
-        return range(self.main.stop, self.main.stop + self.attribution)
+        start = self.main.stop + (GAP if self.attribution else 0)
+        return range(start, start + self.attribution)
 
     @property
     def pre_baseline(self) -> range:
-        """Unprofiled steps before the window used as the baseline (skips the first half of the warm-up)."""
-        return range(max(1, self.warmup // 2, self.warmup - MAX_PRE_BASELINE), self.warmup)
+        """Unprofiled steps before the window used as the baseline (the later half of the warm-up, never step 1)."""
+        return range(max(1 + GAP, self.warmup // 2, self.warmup - MAX_PRE_BASELINE), self.warmup)
 
     @property
     def post_baseline(self) -> range:
-        end = self.attribution_window.stop
+        end = self.attribution_window.stop + (GAP if self.baseline_after else 0)
         return range(end, end + self.baseline_after)
 
     @property
     def sampling_start(self) -> int:
         return self.pre_baseline.start if len(self.pre_baseline) else self.warmup
+
+    @property
+    def export_at(self) -> int:
+        """The boundary where the last window stops and the traces are written."""
+        return self.attribution_window.stop if self.attribution else self.main.stop
 
     @property
     def last(self) -> int:
@@ -96,12 +111,12 @@ class Plan:
             todo.add("start_main")
         if k == self.main.stop:
             todo.add("stop_main")
-            if self.attribution:
-                todo.add("start_attribution")
-            else:
-                todo |= {"stop_sampling", "export"}
+        if self.attribution and k == self.attribution_window.start:
+            todo.add("start_attribution")
         if self.attribution and k == self.attribution_window.stop:
-            todo |= {"stop_attribution", "stop_sampling", "export"}
+            todo.add("stop_attribution")
+        if k == self.export_at:
+            todo |= {"stop_sampling", "export"}
         if k == self.last:
             todo.add("finish")
         return tuple(a for a in ACTIONS if a in todo)
@@ -110,7 +125,7 @@ class Plan:
         return step in self.pre_baseline or step in self.post_baseline
 
     def window_of(self, step: int) -> str:
-        """``warmup``, ``main``, ``attribution``, ``baseline_after`` or ``after`` for a step index."""
+        """``warmup``, ``main``, ``gap``, ``attribution``, ``baseline_after`` or ``after`` for a step index."""
         if step < self.warmup:
             return "warmup"
         if step in self.main:
@@ -119,4 +134,6 @@ class Plan:
             return "attribution"
         if step in self.post_baseline:
             return "baseline_after"
+        if step < self.post_baseline.start:
+            return "gap"
         return "after"

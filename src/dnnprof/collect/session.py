@@ -88,9 +88,9 @@ def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, st
     env[ENV_RUN_DIR] = str(run_dir)
     env[ENV_PKG_ROOT] = os.path.dirname(os.path.dirname(os.path.abspath(dnnprof.__file__)))
     env.pop(ENV_OWNER, None)
-    # A run starts several profiler sessions; keeping CUPTI set up between them avoids re-initialising it each
-    # time (slow, and known to crash with CUDA graphs — torch.profiler itself sets this when graphs are used).
-    env.setdefault("TEARDOWN_CUPTI", "0")
+    # Tear CUPTI down after each profiler session: left attached it slows the rest of the run by 10-20%
+    # (pytorch/pytorch#144455). torch.compile turns this off itself where CUDA graphs need it.
+    env.setdefault("TEARDOWN_CUPTI", "1")
     return env
 
 
