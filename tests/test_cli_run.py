@@ -51,7 +51,10 @@ def test_plain_script_steps_found_output_argv_and_exit_code_intact(tmp_path: Pat
     assert any("CPU-only profile" in m for m in meta["messages"])
     summary = load(out, "summary.json")
     assert summary["steps"]["count"] == 2
-    assert summary["throughput"]["steps"] == 2 and summary["throughput"]["step_time_median_us"] > 0
+    t = summary["throughput"]
+    assert t["steps"] == 2 and t["step_time_median_us"] > 0
+    # Items per step come from the DataLoader batches the script consumed (batch size 8).
+    assert t["items_per_step"] == 8 and t["unit"] == "samples/s" and t["items_per_s"] > 0
     assert summary["overhead"]["baseline"]["count"] >= 1 and summary["overhead"]["dilation"] > 0
     assert {"samples", "memory", "host_hotspots"} <= set(summary)
     from dnnprof.model.profile import Profile

@@ -83,6 +83,31 @@ def test_marker_ranges_end_steps_for_record_function_and_nvtx_names() -> None:
     assert len(seen) == 2  # restored
 
 
+def test_dataloader_batches_give_items_per_step() -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dnnprof.collect.stepdetect import DataLoaderItems, batch_items
+
+    assert batch_items({"x": [torch.zeros(5, 2)], "y": 3}) == 5
+    assert batch_items((torch.tensor(1.0), torch.zeros(7))) == 7
+    assert batch_items(["text"]) is None
+    counter = DataLoaderItems()
+    counter.install(torch)
+    try:
+        loader = DataLoader(TensorDataset(torch.zeros(10, 3), torch.zeros(10)), batch_size=4)
+        it = iter(loader)
+        next(it)
+        next(it)
+        assert counter.take() == 8
+        assert counter.take() is None
+        next(it)
+        assert counter.take() == 2
+    finally:
+        counter.remove()
+    list(loader)
+    assert counter.take() is None
+
+
 def test_module_ranges_name_every_forward_by_fqn_and_class() -> None:
     from dnnprof.collect.modranges import ModuleRanges
 

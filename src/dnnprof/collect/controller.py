@@ -24,7 +24,7 @@ from typing import Any
 from dnnprof.collect.config import RESULT_FILE, SAMPLES_FILE, CollectorConfig, write_json_atomic
 from dnnprof.collect.memory import StepMemory, static_breakdown
 from dnnprof.collect.schedule import Plan
-from dnnprof.collect.stepdetect import PRIORITY, MarkerSteps, OptimizerSteps
+from dnnprof.collect.stepdetect import PRIORITY, DataLoaderItems, MarkerSteps, OptimizerSteps
 from dnnprof.collect.windows import Window
 
 RESULT_FORMAT = "dnnprof.collector/1"
@@ -70,6 +70,7 @@ class Controller:
         self.markers = MarkerSteps(config.step_marker, lambda src: self.on_boundary(src)) if config.step_marker \
             else None
         self._first_fwd: Any = None
+        self.data_items = DataLoaderItems()
 
     # --- installation --------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -80,6 +81,7 @@ class Controller:
         if disable is not None:  # a compiled optimizer step or module call must run our hooks eagerly
             self.optimizers.hook = disable(self.optimizers.hook)  # type: ignore[method-assign]
         self.optimizers.install(torch)
+        self.data_items.install(torch)
         if self.markers is not None:
             self.markers.install(torch)
         dnnprof._step_hook = self.explicit_step
@@ -91,6 +93,7 @@ class Controller:
         import dnnprof
 
         self.optimizers.remove()
+        self.data_items.remove()
         if self.markers is not None:
             self.markers.remove()
         if dnnprof._step_hook == self.explicit_step:
@@ -138,6 +141,7 @@ class Controller:
         if self.source is not None:
             self.notes.append(f"step source switched from {self.source} to {source} before the window")
         self.source = source
+        self.data_items.take()
         self.completed = 0
         self.start_ns = [self.start_ns[0]]
         self.end_ns, self.items = [], []
@@ -163,7 +167,8 @@ class Controller:
                     self.cpu_window.close_step()
                 step = self.completed
                 self.end_ns.append(t_enter)
-                self.items.append(items)
+                loaded = self.data_items.take()
+                self.items.append(items if items is not None else loaded)
                 self.completed = k = step + 1
                 if self.cfg.mode == "counters":
                     self._counters_boundary(k)

@@ -95,7 +95,7 @@ def throughput(col: dict[str, Any], workload: dict[str, Any] | None) -> dict[str
     total_ns = sum(dur[i] for i in steps)
     items = col.get("step_items", [])
     per_step = [items[i] for i in steps if i < len(items) and items[i] is not None]
-    unit = (workload or {}).get("unit")
+    unit = (workload or {}).get("unit") or ("samples/s" if per_step else None)
     if workload and workload.get("items_per_step") and len(per_step) < len(steps):
         per_step = [int(workload["items_per_step"])] * len(steps)
     s = _stats([dur[i] for i in steps])
@@ -110,12 +110,14 @@ def throughput(col: dict[str, Any], workload: dict[str, Any] | None) -> dict[str
                            (round(float(np.mean(per_step)), 3) if per_step else None)),
         "items_per_s": None,
         "measured_on": "host-side step intervals of the timed window",
+        "items_from": ("workload" if workload and workload.get("items_per_step") else
+                       ("dnnprof.step(items=…) or DataLoader batches" if per_step else None)),
     }
     if per_step and len(per_step) == len(steps) and total_ns:
         out["items_per_s"] = round(sum(per_step) / (total_ns / 1e9), 3)
     elif not per_step:
-        out["note"] = ("items per step unknown: pass dnnprof.step(items=N) in the script for items/s, "
-                       "or use a built-in workload")
+        out["note"] = ("items per step unknown (no DataLoader batches seen): pass dnnprof.step(items=N) in the "
+                       "script for items/s")
     return out
 
 

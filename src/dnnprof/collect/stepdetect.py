@@ -133,3 +133,59 @@ class MarkerSteps:
         while self._undo:
             owner, attr, old = self._undo.pop()
             setattr(owner, attr, old)
+
+
+def batch_items(batch: Any, depth: int = 0) -> int | None:
+    """Samples in a DataLoader batch: the leading dimension of its first tensor (None when there is none)."""
+    if hasattr(batch, "shape") and hasattr(batch, "dim"):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if depth > 3:
+        return None
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            n = batch_items(item, depth + 1)
+            if n is not None:
+                return n
+    return None
+
+
+class DataLoaderItems:
+    """Counts the samples the main process takes from DataLoaders, for items/s when the script gives none."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.count = 0
+        self.batches = 0
+        self._undo: tuple[Any, Any] | None = None
+
+    def install(self, torch: Any) -> None:
+        cls = torch.utils.data.dataloader._BaseDataLoaderIter
+        original = cls.__next__
+        counter = self
+
+        def __next__(it: Any) -> Any:
+            batch = original(it)
+            if os.getpid() == counter.pid:
+                n = batch_items(batch)
+                if n is not None:
+                    counter.count += n
+                    counter.batches += 1
+            return batch
+
+        cls.__next__ = __next__
+        self._undo = (cls, original)
+
+    def take(self) -> int | None:
+        """Samples since the last call (None when no batch was seen)."""
+        if not self.batches:
+            return None
+        n, self.count, self.batches = self.count, 0, 0
+        return n
+
+    def remove(self) -> None:
+        if self._undo is not None:
+            cls, original = self._undo
+            cls.__next__ = original
+            self._undo = None
