@@ -10,6 +10,8 @@ import typer
 
 from dnnprof.cli.errors import UserError
 
+#: Below this GPU busy share the report names the Python lines that took the host's time.
+HOST_BOUND_BUSY_PCT = 70.0
 _CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
@@ -64,6 +66,12 @@ def report(result: Any, quiet: bool = False) -> None:
         if o.get("dilation") is not None:
             line += f", profiler dilation {o['dilation']:.3f}x vs {o['baseline']['count']} unprofiled steps"
         say(line)
+    gpu = s.get("gpu") or {}
+    busy = gpu.get("busy_pct") if gpu.get("has_activity") else None
+    hot = ((s.get("host_hotspots") or {}).get("top_user_lines") or [])[:3]
+    if hot and (busy is None or busy < HOST_BOUND_BUSY_PCT):
+        where = ", ".join(f"{Path(h['file']).name}:{h['line']} {h['function']} ({h['pct']:.0f}%)" for h in hot)
+        say(f"host time{f' (GPU busy only {busy}%)' if busy is not None else ''} went to: {where}")
     att = (result.meta.get("capture") or {}).get("attribution") or {}
     if att.get("matched_kernels_pct") is not None:
         say(f"attribution: {att['matched_kernels_pct']}% of timed kernels matched to ops/layers")
