@@ -1,0 +1,137 @@
+"""The collector's state machine in process, on the CPU, with CUDA faked where the controller asks about it.
+
+The profiler windows record CPU activity instead of CUDA here (there is no GPU), but the sequence is the real one:
+warm-up, timing window, one-step gap, attribution window, gap, baseline, export, finish; then the parent-side
+assembly joins the two windows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from dnnprof.collect.assemble import assemble
+from dnnprof.collect.config import CollectorConfig
+
+torch = pytest.importorskip("torch")
+
+
+class FakeMemory:
+    def __init__(self, torch: Any, device: int) -> None:
+        self.n = 0
+
+    def read_and_reset(self) -> tuple[int, int]:
+        self.n += 1
+        return 1000 * self.n, 4000
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dnnprof.collect import controller, windows
+
+    props = SimpleNamespace(total_memory=80 << 30, name="Fake GPU", major=9, minor=0, multi_processor_count=132,
+                            uuid="0000")
+    for name, value in (("is_available", lambda: True), ("is_initialized", lambda: True),
+                        ("synchronize", lambda *a: None), ("current_device", lambda: 0),
+                        ("get_device_properties", lambda d: props)):
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(windows.Window, "_activities", lambda self: [torch.profiler.ProfilerActivity.CPU])
+    monkeypatch.setattr(controller, "StepMemory", FakeMemory)
+
+
+def _train(ctl: Any, iterations: int) -> int:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    done = 0
+    for _ in range(iterations):
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        done += 1
+        if ctl.done:
+            break
+    return done
+
+
+def test_default_mode_sequence_and_join(tmp_path: Path, fake_cuda: None) -> None:
+    from dnnprof.collect.controller import Controller
+
+    cfg = CollectorConfig(warmup_steps=3, steps=3, attribution_steps=2, baseline_after_steps=2, nvml=False)
+    ctl = Controller(torch, tmp_path, cfg)
+    ctl.install()
+    try:
+        iterations = _train(ctl, 50)
+    finally:
+        ctl.uninstall()
+    ctl.finalize()
+    # Step k ends at the (k+2)-th optimizer step; the plan ends at boundary 3+3+1+2+1+2 = 12.
+    assert iterations == 13 and ctl.done and ctl.status == "complete"
+    col = json.loads((tmp_path / "collector.json").read_text())
+    assert col["step_source"] == "optimizer" and col["steps_completed"] == 12
+    windows = {w["kind"]: w for w in col["windows"]}
+    assert list(windows) == ["timing", "attribution"]
+    assert (windows["timing"]["first_step"], windows["timing"]["last_step"]) == (3, 5)
+    assert (windows["attribution"]["first_step"], windows["attribution"]["last_step"]) == (7, 8)
+    assert windows["attribution"]["module_ranges"] and windows["attribution"]["module_calls"] == 2 * 4
+    assert windows["timing"]["clock_probe"]["method"] == "cuda_sync"
+    assert col["plan"]["pre_baseline"] == [2, 3] and col["plan"]["post_baseline"] == [10, 12]
+    assert col["memory"]["per_step"]["step"] == list(range(2, 12))
+    static = col["memory"]["static"]
+    n = 8 * 16 + 16 + 16 * 2 + 2
+    assert static == {"weights_bytes": 4 * n, "gradients_bytes": 4 * n, "optimizer_state_bytes": 0}
+    assert col["environment"]["gpu"]["name"] == "Fake GPU"
+    assert col["host_hotspots"]["samples"] >= 0
+    assert (tmp_path / "trace" / "timing.json.gz").is_file() and (tmp_path / "trace" / "attribution.json.gz").is_file()
+
+    profile, info = assemble(tmp_path, col)
+    assert profile.tables["steps"]["number"].tolist() == [3, 4, 5]
+    assert info["attribution"]["attribution_steps"] == [7, 8]
+    names = set(profile.names(profile.tables["ops"]["name_id"]).tolist())
+    assert {"dnnprof.module:Sequential|Sequential", "dnnprof.module:0|Linear", "ProfilerStep#8"} <= names
+    assert profile.self_check() == []
+
+
+def test_explicit_steps_win_over_optimizer_steps(tmp_path: Path) -> None:
+    import dnnprof
+    from dnnprof.collect.controller import Controller
+
+    cfg = CollectorConfig(warmup_steps=5, steps=2, baseline_after_steps=0, nvml=False, host_sampling=False)
+    ctl = Controller(torch, tmp_path, cfg)
+    ctl.install()
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    try:
+        for i in range(20):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            if i >= 3:  # the script starts marking steps late: counting restarts on the stronger source
+                dnnprof.step(items=2)
+            if ctl.done:
+                break
+    finally:
+        ctl.uninstall()
+    ctl.finalize()
+    col = json.loads((tmp_path / "collector.json").read_text())
+    assert col["step_source"] == "explicit" and col["status"] == "complete"
+    assert col["step_items"] == [2] * col["steps_completed"]
+    assert col["windows"][0]["kind"] == "cpu"  # no CUDA in use: one CPU window
+    assert "step source switched from optimizer to explicit before the window" in col["notes"]
+    assert col["steps_completed"] == 5 + 2  # counted from the first dnnprof.step() on
+
+
+def test_script_that_ends_before_the_window(tmp_path: Path) -> None:
+    from dnnprof.collect.controller import Controller
+
+    ctl = Controller(torch, tmp_path, CollectorConfig(warmup_steps=5, steps=5, nvml=False))
+    ctl.install()
+    try:
+        _train(ctl, 3)
+    finally:
+        ctl.uninstall()
+    ctl.finalize()
+    col = json.loads((tmp_path / "collector.json").read_text())
+    assert col["status"] == "too_few_steps" and col["steps_completed"] == 2 and col["windows"] == []
