@@ -115,3 +115,21 @@ def test_gpu_every_workload_in_both_modes(workload: str, mode: str, tmp_path: Pa
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+
+
+@pytest.mark.gpu
+def test_gpu_counters_pass_joins_ncu_counters(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = dnnprof("profile", "gpt2-tiny", "--device", "cuda", "--warmup-steps", "3", "--steps", "4", "--counters",
+                "--out", str(out), cwd=tmp_path, timeout=900)
+    assert r.returncode == 0, r.stderr
+    counters = json.loads((out / "meta.json").read_text())["capture"]["counters"]
+    if counters["status"] in ("ncu-not-found", "permission"):
+        pytest.skip(counters["message"])
+    assert counters["status"] == "ok", counters
+    assert counters["covered_gpu_time_pct"] >= 80
+    assert (out / "counters" / "ncu.csv").is_file()
+    from dnnprof.model.profile import Profile
+
+    assert Profile.load(out / "profile").rows("counters") > 0
+

@@ -254,3 +254,16 @@ def test_run_dir_out_must_be_new_or_empty(tmp_path: Path) -> None:
 def test_run_names_from_commands(command: list[str], name: str) -> None:
     assert name_from_command(command) == name
     assert safe_name("a/b c:d") == "a-b-c-d"
+
+
+def test_counters_pass_says_why_it_skips(tmp_path: Path) -> None:
+    from dnnprof.collect.config import CollectorConfig
+    from dnnprof.collect.counters_pass import counters_pass
+    from dnnprof.model.profile import Profile
+
+    cfg = CollectorConfig(counters=True)
+    out = counters_pass(tmp_path, ["python", "x.py"], cfg, Profile(), [], lambda d: {}, None)
+    assert out == {"status": "skipped", "message": "no timed steps to take counters for"}
+    out = counters_pass(tmp_path, ["python", "x.py"], cfg, Profile(), [4, 5, 6], lambda d: {}, None)
+    assert out["status"] == "skipped" and "step 5 launched no kernels" in out["message"]
+
