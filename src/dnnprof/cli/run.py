@@ -131,4 +131,4 @@ def exit_with(code: int) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run", context_settings=_CONTEXT)(run)
+    app.command("run", context_settings=_CONTEXT, options_metavar="[OPTIONS] -- COMMAND [ARGS]...")(run)
