@@ -1,0 +1,47 @@
+"""The expert system: ranked findings with evidence and the expected gain of each fix.
+
+Entry points:
+
+* :func:`findings_for` ``(profile, doc, rank=0) -> list[dict]`` — what ``dnnprof analyze`` calls; ``doc`` is the
+  ``dnnprof.summary/1`` document (run directories add ``memory``, ``samples``, ``throughput``, ``meta``).
+* :func:`findings_from_analysis` ``(analysis, doc) -> list[dict]`` — the same from an already computed
+  :class:`~dnnprof.analysis.summary.Analysis` (saves analysing the profile twice).
+
+Every rule lives in a module of this package and registers itself in :data:`REGISTRY` under its public id; the
+catalogue with thresholds and estimation methods is ``docs/findings.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dnnprof.analysis.rules import idle, kernels, memory_steps, precision, sync  # noqa: F401  (registration)
+from dnnprof.analysis.rules.base import REGISTRY, Finding, rank_key, severity_for
+from dnnprof.analysis.rules.context import Context
+from dnnprof.analysis.summary import Analysis, analyse
+from dnnprof.model.profile import Profile
+
+__all__ = ["REGISTRY", "Finding", "findings_for", "findings_from_analysis", "run_rules", "severity_for"]
+
+
+def findings_for(profile: Profile, doc: dict[str, Any], rank: int = 0) -> list[dict[str, Any]]:
+    """Every finding for one rank of a profile, JSON-ready and ranked (largest expected gain first)."""
+    return findings_from_analysis(analyse(profile, rank), doc)
+
+
+def findings_from_analysis(analysis: Analysis, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Like :func:`findings_for`, from an :class:`Analysis` the caller already has."""
+    return [f.to_dict() for f in run_rules(Context(analysis, doc))]
+
+
+def run_rules(ctx: Context, only: set[str] | None = None) -> list[Finding]:
+    """Run the registered rules (or the ids in ``only``) and rank what they find."""
+    found: list[Finding] = []
+    for spec in REGISTRY.values():
+        if only is not None and spec.id not in only:
+            continue
+        f = spec.fn(ctx)
+        if f is not None:
+            found.append(f)
+    found.sort(key=lambda f: rank_key(f.to_dict()))
+    return found

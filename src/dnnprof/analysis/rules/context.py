@@ -1,0 +1,237 @@
+"""What rules look at: the analysed profile, the summary document, the device, and lazily built helpers.
+
+Everything expensive (the idle-gap timeline, theoretical occupancy) is computed once, on first use, so a rule
+that does not need it costs nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from dnnprof.analysis.kernel_summary import KernelRow
+from dnnprof.analysis.summary import Analysis
+from dnnprof.model.device import DeviceInfo
+from dnnprof.model.gpu_specs import GpuSpec, lookup_gpu
+from dnnprof.model.profile import Profile
+from dnnprof.model.schema import OP_CATEGORIES
+
+#: Ops that only move data between host and device; evidence names the op above them (``aten::ctc_loss``).
+PLUMBING_OPS = frozenset({
+    "aten::copy_", "aten::_to_copy", "aten::to", "aten::_local_scalar_dense", "aten::item", "aten::is_nonzero",
+    "aten::cpu", "aten::_pin_memory", "aten::pin_memory", "aten::contiguous", "aten::clone", "aten::tolist",
+})
+_STEP_LIKE = ("ProfilerStep#", "dnnprof.step", "## ")
+_PY_FRAME = re.compile(r"^(?P<file>[^()]+\.py)\((?P<line>\d+)\): (?P<func>.+)$")
+_LIBRARY_PATHS = ("site-packages", "dist-packages", "/torch/", "\\torch\\", "<frozen", "/lib/python", "threading.py")
+
+#: Run settings a trace can carry: ``prof.add_metadata_json("dnnprof_run", json.dumps({...}))`` puts them in
+#: the trace; the summary document may carry them under ``meta``; the file name may carry a token (see
+#: :data:`FILE_NAME_FLAGS`).
+RUN_META_KEYS = ("dnnprof_run", "run", "meta")
+#: File-name tokens that record a setting when nothing else does: ``…cudnn-benchmark-off…`` → False.
+FILE_NAME_FLAGS = {
+    "cudnn_benchmark": (("cudnn-benchmark-on", True), ("cudnn-benchmark-off", False)),
+}
+
+
+class Context:
+    """One rank of one profile, analysed, as the rules see it."""
+
+    def __init__(self, analysis: Analysis, doc: dict[str, Any]) -> None:
+        self.a = analysis
+        self.doc = doc
+        self.profile: Profile = analysis.profile
+        self.rank = analysis.rank
+        self.kernels: list[KernelRow] = analysis.kernels
+        self.util = analysis.utilization
+
+    # --- sizes -----------------------------------------------------------------------------------------------
+    @cached_property
+    def window_ns(self) -> int:
+        """Step time: the sum of the GPU-side step windows (the whole GPU span when there are no steps)."""
+        return self.util.total("window_ns")
+
+    @cached_property
+    def n_windows(self) -> int:
+        return max(1, len(self.util.steps))
+
+    @cached_property
+    def has_steps(self) -> bool:
+        return not self.util.whole_trace
+
+    @cached_property
+    def kernel_step(self) -> np.ndarray:
+        return self.profile.tables["kernels"]["step"]
+
+    def in_window_ns(self, rows: np.ndarray) -> int:
+        """Kernel time of ``rows`` that belongs to a step (all of it when the profile has no steps)."""
+        k = self.profile.tables["kernels"]
+        d = k["dur_ns"][rows]
+        if self.has_steps:
+            d = d[k["step"][rows] >= 0]
+        return int(d.sum())
+
+    @cached_property
+    def kernel_ns(self) -> int:
+        """Kernel time inside the step windows."""
+        return int(sum(self.in_window_ns(r.rows) for r in self.kernels))
+
+    # --- device ----------------------------------------------------------------------------------------------
+    @cached_property
+    def device(self) -> DeviceInfo | None:
+        p = self.profile
+        return p.device(self.util.device, self.rank) or (p.devices[0] if p.devices else None)
+
+    @cached_property
+    def spec(self) -> GpuSpec | None:
+        """Datasheet peaks of the device, when the GPU is in the spec table."""
+        dev = self.device
+        name = dev.name if dev else str(self.doc.get("device", {}).get("name") or "")
+        mem = dev.memory_bytes if dev and dev.memory_bytes > 0 else None
+        return lookup_gpu(name, mem) if name else None
+
+    @cached_property
+    def sm_count(self) -> int | None:
+        dev = self.device
+        if dev and dev.sm_count > 0:
+            return dev.sm_count
+        n = self.doc.get("device", {}).get("sm_count")
+        if isinstance(n, int) and n > 0:
+            return n
+        return self.spec.sm_count if self.spec else None
+
+    @cached_property
+    def compute_major(self) -> int | None:
+        dev = self.device
+        if dev and dev.compute_major >= 0:
+            return dev.compute_major
+        cc = str(self.doc.get("device", {}).get("compute_capability") or "")
+        return int(cc.split(".")[0]) if cc.split(".")[0].isdigit() else None
+
+    # --- lazily built analyses --------------------------------------------------------------------------------
+    @cached_property
+    def timeline(self) -> Any:
+        from dnnprof.analysis.rules.timeline import build_timeline
+
+        return build_timeline(self)
+
+    @cached_property
+    def doc_kernels(self) -> dict[str, dict[str, Any]]:
+        """The summary's per-kernel entries by full name (they carry occupancy/counter keys when measured)."""
+        return {k.get("name", ""): k for k in self.doc.get("kernels", []) if isinstance(k, dict)}
+
+    # --- ops -------------------------------------------------------------------------------------------------
+    @cached_property
+    def op_names(self) -> np.ndarray:
+        return self.profile.names(self.profile.tables["ops"]["name_id"]).astype(object)
+
+    def op_name(self, row: int) -> str:
+        return str(self.op_names[row]) if row >= 0 else ""
+
+    def plumbing_top(self, row: int) -> int:
+        """The outermost op of the chain of data-movement ops (``aten::to`` → ``aten::copy_``) containing ``row``."""
+        parent = self.profile.tables["ops"]["parent_row"]
+        top = row
+        while row >= 0 and self.op_name(row) in PLUMBING_OPS:
+            top = row
+            row = int(parent[row])
+        return top
+
+    def user_op(self, row: int) -> tuple[str, str]:
+        """(op, the op it runs inside) for evidence: ``("aten::to", "aten::ctc_loss")``; "" when unknown."""
+        if row < 0:
+            return "", ""
+        top = self.plumbing_top(row)
+        parent = int(self.profile.tables["ops"]["parent_row"][top])
+        outer = self.op_name(parent)
+        if outer.startswith(_STEP_LIKE) or self._is_python(parent):
+            outer = ""
+        return self.op_name(top), outer
+
+    def _is_python(self, row: int) -> bool:
+        return row >= 0 and int(self.profile.tables["ops"]["category"][row]) == OP_CATEGORIES.index(
+            "python_function")
+
+    def source_line(self, row: int) -> str | None:
+        """The innermost user frame (``train.py:42 (step)``) above op ``row`` when the trace has Python stacks."""
+        ops = self.profile.tables["ops"]
+        seen = 0
+        while row >= 0 and seen < 200:
+            sid = int(ops["stack_id"][row])
+            if sid >= 0:
+                for frame in self.profile.strings[sid].split(";"):
+                    hit = _user_frame(frame.strip())
+                    if hit:
+                        return hit
+            if self._is_python(row):
+                hit = _user_frame(self.op_name(row))
+                if hit:
+                    return hit
+            row = int(ops["parent_row"][row])
+            seen += 1
+        return None
+
+    def kernel_op_row(self, r: KernelRow) -> int:
+        """The launching op of the kernel row's longest launch (-1 when unknown)."""
+        k = self.profile.tables["kernels"]
+        i = r.rows[int(np.argmax(k["dur_ns"][r.rows]))]
+        return int(k["op_row"][i])
+
+    def kernel_offender(self, r: KernelRow, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Evidence row for one kernel: name, time, layer, phase, launching op and source line."""
+        op_row = self.kernel_op_row(r)
+        op, outer = self.user_op(op_row)
+        in_win = self.in_window_ns(r.rows)
+        out = {
+            "kernel": r.short_name, "layer": r.layer or None, "op": op or None, "in_op": outer or None,
+            "phase": r.phase, "calls": r.calls, "time_us": round(in_win / 1e3, 1),
+            "pct_of_step": round(100.0 * in_win / self.window_ns, 2) if self.window_ns else None,
+            "source": self.source_line(op_row),
+        }
+        if extra:
+            out.update(extra)
+        return out
+
+    # --- run settings ----------------------------------------------------------------------------------------
+    def run_setting(self, key: str) -> Any:
+        """A recorded run setting (``cudnn_benchmark`` …) or None when the run did not record it."""
+        for holder in (self.doc, self.profile.meta):
+            if key in holder and holder[key] is not None:
+                return holder[key]
+            for mk in RUN_META_KEYS:
+                block = holder.get(mk)
+                if isinstance(block, str):
+                    block = _parse_json_object(block)
+                if isinstance(block, dict) and block.get(key) is not None:
+                    return block[key]
+        path = str(self.profile.meta.get("source", {}).get("path", "")) or str(
+            self.doc.get("source", {}).get("path", ""))
+        name = path.replace("\\", "/").rsplit("/", 1)[-1].lower()
+        for token, value in FILE_NAME_FLAGS.get(key, ()):
+            if token in name:
+                return value
+        return None
+
+
+def _parse_json_object(s: str) -> dict[str, Any] | None:
+    import json
+
+    try:
+        v = json.loads(s)
+    except ValueError:
+        return None
+    return v if isinstance(v, dict) else None
+
+
+def _user_frame(text: str) -> str | None:
+    m = _PY_FRAME.match(text)
+    if not m:
+        return None
+    path = m.group("file")
+    if any(lib in path for lib in _LIBRARY_PATHS):
+        return None
+    return f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{m.group('line')} ({m.group('func').strip()})"

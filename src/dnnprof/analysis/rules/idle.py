@@ -1,0 +1,214 @@
+"""Rules about the GPU waiting: ``gpu-idle``, ``dataloader-bound``, ``launch-bound``.
+
+Idle time is measured inside the GPU-side step windows and split by cause (see ``rules.timeline``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dnnprof.analysis.rules.base import Finding, ms_text, pct, rule, us
+from dnnprof.analysis.rules.context import Context
+from dnnprof.analysis.rules.timeline import CAUSES
+from dnnprof.model.schema import API_KINDS
+
+#: ``gpu-idle`` fires when the GPU is busy less than this share of the step windows (TensorBoard plugin: 50%,
+#: nsys ``gpu_time_util``: 50%; we flag a little earlier because the cause breakdown makes it actionable).
+GPU_IDLE_MAX_BUSY_PCT = 60.0
+#: ``dataloader-bound`` fires when the GPU idles inside DataLoader ``__next__`` for this share of step time
+#: (TensorBoard plugin rule: DataLoader time > 5% of the step).
+DATALOADER_MIN_PCT = 5.0
+#: ``launch-bound`` fires when host-launch idle that no blocking call explains reaches this share of step time...
+LAUNCH_BOUND_MIN_PCT = 10.0
+#: ... and at least this share of the kernels are short (shorter than ``SHORT_KERNEL_NS``).
+LAUNCH_BOUND_MIN_SHORT_SHARE = 0.25
+#: A kernel shorter than this finishes before the host can launch the next one (launch cost ~5-10 µs).
+SHORT_KERNEL_NS = 10_000
+#: Gaps listed as evidence.
+TOP_N = 5
+#: Which rule explains each idle cause, for the gpu-idle evidence.
+_EXPLAINED_BY = {"dataloader": "see dataloader-bound", "sync": "see host-sync and pageable-memcpy",
+                 "host_launch": "see launch-bound and host-sync",
+                 "other": "work was queued: waits on events, other streams or profiler overhead"}
+
+
+def _host_op_at(ctx: Context, t_ns: int) -> str:
+    """The innermost op running on the host at ``t_ns`` (the busiest thread's), "" when none."""
+    ops = ctx.profile.tables["ops"]
+    sel = np.flatnonzero((ops["rank"] == ctx.rank) & (ops["start_ns"] <= t_ns)
+                         & (ops["start_ns"] + ops["dur_ns"] > t_ns))
+    if sel.size == 0:
+        return ""
+    return ctx.op_name(int(sel[np.argmax(ops["depth"][sel])]))
+
+
+def _next_kernel_op(ctx: Context, t_ns: int) -> str:
+    """The op that launched the first kernel starting at or after ``t_ns`` ("" when unknown)."""
+    k = ctx.profile.tables["kernels"]
+    sel = np.flatnonzero((k["rank"] == ctx.rank) & (k["start_ns"] >= t_ns))
+    if sel.size == 0:
+        return ""
+    op, _ = ctx.user_op(int(k["op_row"][sel[0]]))
+    return op
+
+
+def _top_gaps(ctx: Context, mask: np.ndarray) -> list[dict[str, Any]]:
+    """The longest gaps under ``mask``: length, cause, what the host was doing, and what ended the gap."""
+    tl = ctx.timeline
+    idx = np.flatnonzero(mask)
+    length = (tl.gap_end - tl.gap_start)[idx]
+    out = []
+    for g in idx[np.argsort(-length, kind="stable")][:TOP_N].tolist():
+        out.append({"gap_us": us(tl.gap_end[g] - tl.gap_start[g]),
+                    "cause": "dataloader" if tl.dataloader_ns[g] > 0 else CAUSES[int(tl.cause[g])],
+                    "host_op": _host_op_at(ctx, int(tl.gap_start[g])) or None,
+                    "next_kernel_op": _next_kernel_op(ctx, int(tl.gap_end[g])) or None})
+    return out
+
+
+@rule("gpu-idle", group="idle")
+def gpu_idle(ctx: Context) -> Finding | None:
+    """The GPU is idle for a large share of each step.
+
+    Pattern: busy time (union of kernels, copies and memsets) below ``GPU_IDLE_MAX_BUSY_PCT`` of the GPU-side
+    step windows.
+    Algorithm: busy % from the utilisation accounting; the idle time is split by cause (data loading, blocking
+    calls, host too slow to launch, other) so the finding says where it goes and which rule explains it.
+    Fix: follow the specific finding for the largest cause; as a general lever, give the GPU more work per launch
+    (larger batch, fused ops, CUDA graphs).
+    """
+    if not ctx.window_ns or not ctx.profile.has_gpu_activity:
+        return None
+    busy = ctx.util.busy_pct
+    if busy >= GPU_IDLE_MAX_BUSY_PCT:
+        return None
+    tl = ctx.timeline
+    idle = int((tl.gap_end - tl.gap_start).sum())
+    causes = {c: tl.total(c) for c in CAUSES}
+    order = sorted(causes, key=lambda c: -causes[c])
+    main = order[0]
+    breakdown = {c: {"idle_us": us(v), "pct_of_idle": round(pct(v, idle), 1), "see": _EXPLAINED_BY[c]}
+                 for c, v in causes.items() if v}
+    profiled = ctx.profile.meta.get("source", {}).get("format") == "kineto"
+    return Finding(
+        id="gpu-idle",
+        title=f"GPU idle {100 - busy:.0f}% of the step (busy {busy:.0f}%)",
+        summary=(f"{ms_text(idle)} idle in {ctx.n_windows} step window(s); largest cause: "
+                 f"{main.replace('_', ' ')} ({pct(causes[main], idle):.0f}% of the idle time)"),
+        recommendation=("Fix the largest idle cause first: " + "; ".join(
+            f"{c.replace('_', ' ')} {pct(causes[c], idle):.0f}% ({_EXPLAINED_BY[c]})" for c in order if causes[c])
+            + "."
+            + (" Traces taken under torch.profiler inflate host time; confirm with an unprofiled timing."
+               if profiled and main == "host_launch" else "")),
+        est_gain_pct=pct(idle, ctx.window_ns),
+        how_estimated=("All idle time inside the step windows: the upper bound if every gap were filled; the "
+                       "cause-specific findings estimate what each fix recovers."),
+        evidence={"busy_pct": round(busy, 1), "idle_us": us(idle), "window_us": us(ctx.window_ns),
+                  "idle_by_cause": breakdown, "largest_cause": main},
+        top=_top_gaps(ctx, np.ones(tl.gap_start.size, dtype=bool)),
+    )
+
+
+@rule("dataloader-bound", group="idle")
+def dataloader_bound(ctx: Context) -> Finding | None:
+    """The GPU waits for the next batch.
+
+    Pattern: GPU idle while the host is inside DataLoader ``__next__`` (the ``enumerate(DataLoader)#…``
+    ranges torch.profiler records).
+    Algorithm: idle covered by those ranges ≥ ``DATALOADER_MIN_PCT`` of step time.
+    Fix: ``num_workers`` > 0 (start with the number of cores / GPUs), ``persistent_workers=True``,
+    ``prefetch_factor``, ``pin_memory=True``; move decoding/augmentation to the GPU (DALI, torchvision v2 on
+    tensors) or preprocess offline.
+    """
+    if not ctx.window_ns:
+        return None
+    tl = ctx.timeline
+    dl = tl.total("dataloader")
+    if pct(dl, ctx.window_ns) < DATALOADER_MIN_PCT:
+        return None
+    ranges = _dataloader_time(ctx)
+    return Finding(
+        id="dataloader-bound",
+        title=f"GPU waits for the DataLoader: {pct(dl, ctx.window_ns):.0f}% of step time",
+        summary=(f"the GPU idled {ms_text(dl)} while the host was in DataLoader __next__ "
+                 f"({ms_text(ranges['host_ns'])} of __next__ in {ranges['calls']} calls)"),
+        recommendation=("Load batches in parallel with the step: DataLoader(num_workers=N, pin_memory=True, "
+                        "persistent_workers=True, prefetch_factor=2-4); move decoding and augmentation off the "
+                        "critical path (GPU transforms, DALI, or preprocessing once offline)."),
+        est_gain_pct=pct(dl, ctx.window_ns),
+        how_estimated=("GPU idle that overlaps DataLoader __next__, as a share of the step windows: removed when "
+                       "workers prepare batches while the GPU computes (if they keep up)."),
+        evidence={"gpu_idle_in_dataloader_us": us(dl), "dataloader_host_us": us(ranges["host_ns"]),
+                  "dataloader_calls": ranges["calls"], "pct_of_step": round(pct(dl, ctx.window_ns), 2),
+                  "range_name": ranges["name"]},
+        top=_top_gaps(ctx, tl.dataloader_ns > 0),
+    )
+
+
+def _dataloader_time(ctx: Context) -> dict[str, Any]:
+    ops = ctx.profile.tables["ops"]
+    names = ctx.op_names
+    sel = [i for i in np.flatnonzero(ops["rank"] == ctx.rank).tolist()
+           if str(names[i]).startswith("enumerate(DataLoader)#")]
+    if ctx.has_steps:
+        sel = [i for i in sel if ops["step"][i] >= 0]
+    return {"host_ns": int(ops["dur_ns"][sel].sum()) if sel else 0, "calls": len(sel),
+            "name": str(names[sel[0]]) if sel else None}
+
+
+@rule("launch-bound", group="idle")
+def launch_bound(ctx: Context) -> Finding | None:
+    """The host cannot launch kernels as fast as the GPU runs them.
+
+    Pattern: many short kernels (``SHORT_KERNEL_NS``) and GPU gaps that end with work launched only after the GPU
+    ran dry, not explained by a blocking call.
+    Algorithm: unexplained host-launch idle ≥ ``LAUNCH_BOUND_MIN_PCT`` of step time and at least
+    ``LAUNCH_BOUND_MIN_SHORT_SHARE`` of the kernels are short.
+    Fix: capture the step in a CUDA graph (``torch.compile(mode="reduce-overhead")`` or
+    ``torch.cuda.graphs``), fuse small ops with ``torch.compile``, use fused/foreach optimizers, raise the batch
+    size so each launch does more work.
+    """
+    if not ctx.window_ns:
+        return None
+    tl = ctx.timeline
+    idle = tl.unblamed_host_launch_ns
+    if pct(idle, ctx.window_ns) < LAUNCH_BOUND_MIN_PCT:
+        return None
+    k = ctx.profile.tables["kernels"]
+    sel = np.flatnonzero((k["rank"] == ctx.rank) & ((k["step"] >= 0) if ctx.has_steps else True))
+    d = k["dur_ns"][sel]
+    if d.size == 0:
+        return None
+    short = float((d < SHORT_KERNEL_NS).mean())
+    if short < LAUNCH_BOUND_MIN_SHORT_SHARE:
+        return None
+    rt = ctx.profile.tables["runtime"]
+    launches = np.flatnonzero((rt["rank"] == ctx.rank) & (rt["api_kind"] == API_KINDS.index("launch"))
+                              & ((rt["step"] >= 0) if ctx.has_steps else True))
+    launch_us = float(rt["dur_ns"][launches].mean() / 1e3) if launches.size else None
+    graphs = int((k["graph_id"][sel] >= 0).sum())
+    per_step = d.size / ctx.n_windows
+    share = pct(idle, ctx.window_ns)
+    profiled = ctx.profile.meta.get("source", {}).get("format") == "kineto"
+    return Finding(
+        id="launch-bound",
+        title=f"Host-bound: the GPU waits for kernel launches {share:.0f}% of the step",
+        summary=(f"{per_step:.0f} kernels per step, median {np.median(d) / 1e3:.1f} µs, {short:.0%} shorter than "
+                 f"{SHORT_KERNEL_NS // 1000} µs; {ms_text(idle)} of idle waiting for the next launch"),
+        recommendation=("Cut per-kernel host overhead: capture the step in a CUDA graph "
+                        "(torch.compile(model, mode='reduce-overhead') or torch.cuda.CUDAGraph), fuse small ops with "
+                        "torch.compile, use fused optimizers, or raise the batch size so each launch does more work."
+                        + (" Traces taken under torch.profiler inflate launch cost; confirm with an unprofiled "
+                           "timing." if profiled else "")),
+        est_gain_pct=share,
+        how_estimated=("Idle gaps that end with a kernel launched after the GPU ran dry and that no blocking call "
+                       "explains, as a share of the step windows: what replaying the step as a CUDA graph (one "
+                       "launch) would remove at best."),
+        evidence={"host_launch_idle_us": us(idle), "pct_of_step": round(share, 2),
+                  "kernels_per_step": round(per_step, 1), "median_kernel_us": round(float(np.median(d)) / 1e3, 2),
+                  "short_kernel_share": round(short, 3), "mean_launch_call_us": launch_us,
+                  "graph_launched_kernels": graphs},
+        top=_top_gaps(ctx, tl.cause == CAUSES.index("host_launch")),
+    )

@@ -1,0 +1,212 @@
+"""Rules about math precision and tensor cores: ``amp-not-used``, ``tensor-cores-unused``, ``fp64-used``.
+
+Kernel precision and tensor-core use come from the kernel names (``analysis.kernel_names``); expected speedups
+from the device's datasheet peaks (``model.gpu_specs``), named in every finding's ``how_estimated``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dnnprof.analysis.kernel_summary import KernelRow
+from dnnprof.analysis.rules.base import Finding, ms_text, pct, rule, us
+from dnnprof.analysis.rules.context import Context
+
+#: ``amp-not-used`` fires when fp32 GEMM/conv kernels without tensor cores take this share of kernel time.
+AMP_MIN_KERNEL_PCT = 10.0
+#: ``tensor-cores-unused`` fires when fp16/bf16 GEMM/conv work on slow paths takes this share of kernel time.
+TC_UNUSED_MIN_KERNEL_PCT = 5.0
+#: ``fp64-used`` fires when double-precision kernels take this share of kernel time.
+FP64_MIN_KERNEL_PCT = 5.0
+#: Speedup assumed when the device is not in the spec table: A100's TF32 / FP32 dense ratio (156 / 19.5).
+DEFAULT_TC_SPEEDUP = 8.0
+#: Unaligned 16-bit GEMMs (``align1``/``align2``) vs aligned ones. Assumption, stated in the finding: padding
+#: GPT-2's vocabulary 50257 → 50304 made nanoGPT ~25% faster end to end (A. Karpathy, 2023).
+UNALIGNED_SPEEDUP = 2.0
+#: Non-GEMM fp64 kernels are assumed memory-bound: fp32 halves their bytes.
+FP64_ELEMENTWISE_SPEEDUP = 2.0
+TOP_N = 5
+
+#: Kernel families whose work tensor cores can do.
+TC_FAMILIES = frozenset({"gemm", "conv", "attention", "rnn"})
+# Kernels in those families that are not matrix products: tensor cores cannot help them.
+_NOT_MMA = re.compile(r"gemv|splitKreduce|reduce_kernel|depthwise|elementWise|elemWise|RNN_|bidirectional_accum|"
+                      r"GENERIC_|softmax|scal_kernel|dot_kernel|axpy|nrm2|transpose|CatArray|region_transform",
+                      re.IGNORECASE)
+_UNALIGNED_16BIT = re.compile(r"_align[12](?:\b|_)", re.IGNORECASE)
+# Precision words the shared detector does not know (CUDA's __half / __nv_bfloat16 spellings).
+_HALF = re.compile(r"__half|half_t|__nv_half", re.IGNORECASE)
+_BF16 = re.compile(r"__nv_bfloat16|bfloat16_t", re.IGNORECASE)
+
+
+def _precision(r: KernelRow) -> str:
+    """The kernel's operand precision; CUDA's own half types win over the shared name heuristic, which reads
+    ``cublasGemmSmallNParams`` as an ``sgemm``."""
+    if _BF16.search(r.name):
+        return "bf16"
+    if _HALF.search(r.name):
+        return "fp16"
+    return r.precision
+
+
+def _is_mma_work(r: KernelRow) -> bool:
+    return r.family in TC_FAMILIES and not _NOT_MMA.search(r.name)
+
+
+def _speedup(ctx: Context, to: str, frm: str) -> tuple[float, str]:
+    """Datasheet ratio of two peak rates, and the words naming the source."""
+    spec = ctx.spec
+    if spec is not None:
+        a, b = spec.peak_flops_per_s(to), spec.peak_flops_per_s(frm)
+        if a and b:
+            return a / b, f"{spec.name} datasheet dense peaks, {to} {a / 1e12:g} vs {frm} {b / 1e12:g} TFLOP/s"
+    return DEFAULT_TC_SPEEDUP, f"device not in the spec table: assumed {DEFAULT_TC_SPEEDUP:g}× (A100 TF32/FP32)"
+
+
+def _gain_ns(ctx: Context, rows: list[KernelRow], speedup: float) -> float:
+    return sum(ctx.in_window_ns(r.rows) for r in rows) * (1.0 - 1.0 / speedup)
+
+
+def _offenders(ctx: Context, rows: list[KernelRow]) -> list[dict[str, Any]]:
+    ranked = sorted(rows, key=lambda r: -ctx.in_window_ns(r.rows))[:TOP_N]
+    return [ctx.kernel_offender(r, {"precision": _precision(r) or None, "tensor_core": r.tensor_core})
+            for r in ranked]
+
+
+def _layers(ctx: Context, rows: list[KernelRow]) -> list[str]:
+    acc: dict[str, int] = {}
+    for r in rows:
+        acc[r.layer or "?"] = acc.get(r.layer or "?", 0) + ctx.in_window_ns(r.rows)
+    return [k for k, _ in sorted(acc.items(), key=lambda kv: -kv[1])][:3]
+
+
+@rule("amp-not-used", group="precision")
+def amp_not_used(ctx: Context) -> Finding | None:
+    """Matrix products run in fp32 on the FMA pipes instead of tensor cores.
+
+    Pattern: GEMM/conv/RNN/attention kernels (matrix-product mainloops, not their elementwise helpers) whose
+    names show fp32 math without tensor-core instructions (``sgemm``, ``simt``, ``f32f32_f32f32``, ``ffma``).
+    TF32 kernels already use tensor cores and do not count.
+    Algorithm: their kernel time inside the steps ≥ ``AMP_MIN_KERNEL_PCT`` of kernel time; the device must have
+    tensor cores (compute capability ≥ 7.0, or unknown).
+    Fix: ``torch.autocast("cuda", dtype=torch.bfloat16)`` (fp16 + ``GradScaler`` before Ampere), or at least
+    ``torch.backends.cuda.matmul.allow_tf32 = True`` / ``torch.set_float32_matmul_precision("high")``.
+    """
+    if ctx.compute_major is not None and ctx.compute_major < 7:
+        return None
+    rows = [r for r in ctx.kernels if _is_mma_work(r) and not r.tensor_core and _precision(r) in ("fp32", "")]
+    rows = [r for r in rows if _precision(r) == "fp32" or r.family in ("gemm", "conv")]
+    t = sum(ctx.in_window_ns(r.rows) for r in rows)
+    if not ctx.kernel_ns or pct(t, ctx.kernel_ns) < AMP_MIN_KERNEL_PCT:
+        return None
+    ampere = ctx.compute_major is None or ctx.compute_major >= 8
+    target = "bf16" if ampere else "fp16"
+    s, src = _speedup(ctx, target, "fp32")
+    s_tf32, _ = _speedup(ctx, "tf32", "fp32") if ampere else (1.0, "")
+    tf32_rows = [r for r in ctx.kernels if _is_mma_work(r) and r.tensor_core and _precision(r) == "tf32"]
+    tf32_ns = sum(ctx.in_window_ns(r.rows) for r in tf32_rows)
+    gain = _gain_ns(ctx, rows, s)
+    share = pct(t, ctx.kernel_ns)
+    return Finding(
+        id="amp-not-used",
+        title=f"fp32 matrix math without tensor cores: {share:.0f}% of GPU kernel time",
+        summary=(f"{len(rows)} fp32 GEMM/conv kernels run on the FMA pipes for {ms_text(t)} "
+                 f"({pct(t, ctx.window_ns):.1f}% of step time), mostly in {', '.join(_layers(ctx, rows))}"),
+        recommendation=(f"Wrap the forward pass and loss in torch.autocast('cuda', dtype=torch.{'bfloat16' if ampere else 'float16'})"
+                        f"{'' if ampere else ' with torch.amp.GradScaler'}; if you must stay in fp32, enable TF32 "
+                        "with torch.set_float32_matmul_precision('high') (Ampere or newer)."),
+        est_gain_pct=pct(gain, ctx.window_ns),
+        how_estimated=(f"Kernel time of the fp32 non-tensor-core GEMM/conv kernels × (1 − 1/{s:.1f}), {s:.1f} being "
+                       f"the {target}/fp32 peak ratio ({src}); an upper bound reached by compute-bound GEMMs "
+                       "(memory-bound ones gain less), and realised in step time only while the GPU is the "
+                       "bottleneck."),
+        evidence={"fp32_kernel_us": us(t), "pct_of_kernel_time": round(share, 2),
+                  "pct_of_step": round(pct(t, ctx.window_ns), 2), "kernels": len(rows),
+                  "assumed_speedup": round(s, 2), "tf32_only_speedup": round(s_tf32, 2) if ampere else None,
+                  "tf32_kernel_us": us(tf32_ns), "device": ctx.spec.name if ctx.spec else None},
+        top=_offenders(ctx, rows),
+    )
+
+
+@rule("tensor-cores-unused", group="precision")
+def tensor_cores_unused(ctx: Context) -> Finding | None:
+    """Half-precision matrix work that misses the fast tensor-core path.
+
+    Pattern: fp16/bf16 GEMM/conv kernels without tensor-core instructions, or running the unaligned
+    (``align1``/``align2``) tensor-core kernels that libraries fall back to when a dimension is not a multiple of
+    8 (a vocabulary of 50257, odd hidden sizes, channel counts like 3 or 17).
+    Algorithm: their kernel time ≥ ``TC_UNUSED_MIN_KERNEL_PCT`` of kernel time.
+    Fix: pad the offending dimensions to multiples of 8 (64 is better): vocabulary, hidden and FFN sizes,
+    channels, sequence length; keep batch × sequence a multiple of 8.
+    """
+    if ctx.compute_major is not None and ctx.compute_major < 7:
+        return None
+    half = [r for r in ctx.kernels if _is_mma_work(r) and _precision(r) in ("fp16", "bf16")]
+    no_tc = [r for r in half if not r.tensor_core]
+    unaligned = [r for r in half if r.tensor_core and _UNALIGNED_16BIT.search(r.name)]
+    t_no, t_un = (sum(ctx.in_window_ns(r.rows) for r in rs) for rs in (no_tc, unaligned))
+    if not ctx.kernel_ns or pct(t_no + t_un, ctx.kernel_ns) < TC_UNUSED_MIN_KERNEL_PCT:
+        return None
+    s_no, src = _speedup(ctx, "bf16", "fp32")
+    s_no /= 2.0  # non-tensor half math runs at 2x the fp32 rate (packed HFMA2)
+    s_no = max(s_no, 1.0)
+    gain = _gain_ns(ctx, no_tc, s_no) + _gain_ns(ctx, unaligned, UNALIGNED_SPEEDUP)
+    share = pct(t_no + t_un, ctx.kernel_ns)
+    parts = []
+    if no_tc:
+        parts.append(f"{len(no_tc)} fp16/bf16 kernels without tensor cores ({ms_text(t_no)})")
+    if unaligned:
+        parts.append(f"{len(unaligned)} unaligned tensor-core kernels ({ms_text(t_un)})")
+    return Finding(
+        id="tensor-cores-unused",
+        title=f"Half-precision GEMMs off the fast tensor-core path: {share:.0f}% of GPU kernel time",
+        summary=f"{' and '.join(parts)}, mostly in {', '.join(_layers(ctx, no_tc + unaligned))}",
+        recommendation=("Make GEMM/conv dimensions multiples of 8 (better 64): pad the vocabulary (50257 → 50304), "
+                        "hidden/FFN sizes and channel counts, and keep batch × sequence length a multiple of 8."),
+        est_gain_pct=pct(gain, ctx.window_ns),
+        how_estimated=(f"Unaligned tensor-core kernels: time × (1 − 1/{UNALIGNED_SPEEDUP:g}) (assumed; padding "
+                       "GPT-2's vocabulary to a multiple of 64 gave nanoGPT ~25% end to end); kernels without tensor "
+                       f"cores: time × (1 − 1/{s_no:.1f}), the bf16 tensor-core peak over the packed-half FMA rate "
+                       f"(2× fp32; {src})."),
+        evidence={"no_tensor_core_us": us(t_no), "unaligned_us": us(t_un), "pct_of_kernel_time": round(share, 2),
+                  "pct_of_step": round(pct(t_no + t_un, ctx.window_ns), 2)},
+        top=_offenders(ctx, no_tc + unaligned),
+    )
+
+
+@rule("fp64-used", group="precision")
+def fp64_used(ctx: Context) -> Finding | None:
+    """Double-precision kernels in a deep-learning step.
+
+    Pattern: kernels whose names show fp64 (``double``, ``dgemm``, ``f64``, ``dmma``) — usually a model or an
+    input created with ``dtype=torch.float64`` (NumPy arrays default to float64 and ``torch.from_numpy`` keeps it).
+    Algorithm: their kernel time ≥ ``FP64_MIN_KERNEL_PCT`` of kernel time.
+    Fix: ``model.float()``, ``torch.from_numpy(x).float()``, ``torch.set_default_dtype(torch.float32)``.
+    """
+    rows = [r for r in ctx.kernels if _precision(r) == "fp64"]
+    t = sum(ctx.in_window_ns(r.rows) for r in rows)
+    if not ctx.kernel_ns or pct(t, ctx.kernel_ns) < FP64_MIN_KERNEL_PCT:
+        return None
+    mma = [r for r in rows if _is_mma_work(r)]
+    other = [r for r in rows if not _is_mma_work(r)]
+    s_mma, src = _speedup(ctx, "tf32", "fp64_tensor") if ctx.spec and ctx.spec.tflops.get("fp64_tensor") \
+        else _speedup(ctx, "fp32", "fp64")
+    s_mma = max(s_mma, FP64_ELEMENTWISE_SPEEDUP)
+    gain = _gain_ns(ctx, mma, s_mma) + _gain_ns(ctx, other, FP64_ELEMENTWISE_SPEEDUP)
+    share = pct(t, ctx.kernel_ns)
+    return Finding(
+        id="fp64-used",
+        title=f"Double precision (fp64) kernels: {share:.0f}% of GPU kernel time",
+        summary=(f"{len(rows)} fp64 kernels run for {ms_text(t)} ({pct(t, ctx.window_ns):.1f}% of step time), "
+                 f"mostly in {', '.join(_layers(ctx, rows))}"),
+        recommendation=("Train in fp32 or lower: model.float(), convert inputs with .float() (NumPy arrays are "
+                        "float64 and torch.from_numpy keeps that), or torch.set_default_dtype(torch.float32)."),
+        est_gain_pct=pct(gain, ctx.window_ns),
+        how_estimated=(f"fp64 GEMMs: time × (1 − 1/{s_mma:.1f}) ({src}); other fp64 kernels: time × "
+                       f"(1 − 1/{FP64_ELEMENTWISE_SPEEDUP:g}) (memory-bound: fp32 halves their bytes)."),
+        evidence={"fp64_kernel_us": us(t), "pct_of_kernel_time": round(share, 2),
+                  "pct_of_step": round(pct(t, ctx.window_ns), 2), "gemm_us": us(sum(ctx.in_window_ns(r.rows)
+                                                                                    for r in mma))},
+        top=_offenders(ctx, rows),
+    )

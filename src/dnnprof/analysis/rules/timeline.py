@@ -1,0 +1,270 @@
+"""Idle gaps of the GPU, what caused each one, and which blocking host call gets the blame.
+
+The utilisation module totals idle time by cause; rules need the gaps themselves, so this module rebuilds them
+per gap with the same definitions (``analysis.utilization``): busy = union of kernels, memcpys and memsets on the
+primary device inside the GPU-side step windows; a gap's ``dataloader`` part is covered by DataLoader
+``__next__``; the rest is ``sync`` (a blocking host call is in flight when the GPU runs dry), ``host_launch``
+(the work that ends the gap was launched after the gap began) or ``other``.
+
+**Blocking calls and lost lead.** A host call that blocks until the GPU drains (``cudaStreamSynchronize``,
+``cudaDeviceSynchronize``, ``cudaEventSynchronize``, a copy to or from pageable memory, a non-``Async`` copy)
+destroys the host's lead over the GPU: while the host waits, the launch queue empties. The cost is
+
+* the *direct* gap: the GPU idles from the moment it drains until the host launches again;
+* the *refill* gaps that follow: host-launch gaps the queued lead would have hidden. We charge them to the
+  blocking call up to its wait time, because the host was ahead of the GPU by about that much when it blocked
+  (it waited that long for the GPU to finish), so without the call that much later host slowness would have
+  been absorbed. A newer call takes the blame once its wait exceeds what is left of the older one's.
+
+Calls inside an op chain that copies host→device from pageable memory (PyTorch synchronises the stream after such
+a copy) are owned by ``pageable-memcpy``; every other blocking call by ``host-sync``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dnnprof.analysis.intervals import covered_per_window, gaps, merge
+from dnnprof.analysis.utilization import SYNC_TOLERANCE_NS
+from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS, OP_CATEGORIES
+
+if TYPE_CHECKING:
+    from dnnprof.analysis.rules.context import Context
+
+CAUSES = ("dataloader", "sync", "host_launch", "other")
+OWNERS = ("host-sync", "pageable-memcpy")
+_PAGEABLE = MEMORY_KINDS.index("pageable")
+_HTOD = MEMCPY_KINDS.index("HtoD")
+_DTOH = MEMCPY_KINDS.index("DtoH")
+
+
+@dataclass
+class BlockingCall:
+    """One host call that waited for the GPU."""
+
+    runtime_row: int
+    start_ns: int
+    end_ns: int
+    api: str
+    op_row: int  # innermost op around the call (-1 none)
+    owner: str  # "host-sync" or "pageable-memcpy"
+    what: str  # "sync", "DtoH copy", "HtoD copy", "copy"
+    charged_direct_ns: int = 0
+    charged_refill_ns: int = 0
+
+    @property
+    def wait_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def charged_ns(self) -> int:
+        return self.charged_direct_ns + self.charged_refill_ns
+
+
+@dataclass
+class Timeline:
+    """Gaps of the primary device inside the step windows, classified, with blame assigned."""
+
+    gap_start: np.ndarray
+    gap_end: np.ndarray
+    dataloader_ns: np.ndarray  # per gap: part covered by DataLoader __next__
+    cause: np.ndarray  # per gap: index into CAUSES for the non-dataloader part
+    blamed_ns: np.ndarray  # per gap: part charged to a blocking call
+    calls: list[BlockingCall] = field(default_factory=list)
+    launch_lead_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+    @property
+    def rest_ns(self) -> np.ndarray:
+        return self.gap_end - self.gap_start - self.dataloader_ns
+
+    def total(self, cause: str) -> int:
+        """Idle ns of one cause (``dataloader`` counts the covered parts)."""
+        if cause == "dataloader":
+            return int(self.dataloader_ns.sum())
+        return int(self.rest_ns[self.cause == CAUSES.index(cause)].sum())
+
+    def charged(self, owner: str) -> int:
+        return int(sum(c.charged_ns for c in self.calls if c.owner == owner))
+
+    @property
+    def unblamed_host_launch_ns(self) -> int:
+        """Host-launch idle that no blocking call explains: the host is simply slower than the GPU."""
+        sel = self.cause == CAUSES.index("host_launch")
+        return int((self.rest_ns[sel] - self.blamed_ns[sel]).sum())
+
+
+def build_timeline(ctx: Context) -> Timeline:
+    """Gaps, causes and blame for the context's rank and primary device."""
+    p, rank, device = ctx.profile, ctx.rank, ctx.util.device
+    rt = p.tables["runtime"]
+    starts, ends, launches = [], [], []
+    for table in ("kernels", "memcpy", "memset"):
+        t = p.tables[table]
+        rows = np.flatnonzero((t["rank"] == rank) & (t["device"] == device))
+        s = t["start_ns"][rows]
+        starts.append(s)
+        ends.append(s + t["dur_ns"][rows])
+        lr = t["launch_row"][rows]
+        launches.append(np.where(lr >= 0, rt["start_ns"][np.clip(lr, 0, None)] if rt["start_ns"].size else -1, -1))
+    act_s, act_e, act_l = (np.concatenate(x) for x in (starts, ends, launches))
+    empty = np.empty(0, np.int64)
+    if act_s.size == 0:
+        return Timeline(empty, empty, empty, np.empty(0, np.int8), empty)
+    order = np.argsort(act_s, kind="stable")
+    act_s, act_e, act_l = act_s[order], act_e[order], act_l[order]
+    ms, me = merge(act_s, act_e)
+
+    steps = p.tables["steps"]
+    sel = np.flatnonzero((steps["rank"] == rank) & (steps["gpu_start_ns"] >= 0))
+    if sel.size:
+        lo, hi = steps["gpu_start_ns"][sel], steps["gpu_end_ns"][sel]
+    else:
+        lo, hi = np.array([act_s.min()]), np.array([act_e.max()])
+    parts = [gaps(ms, me, int(a), int(b)) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    gs = np.concatenate([x[0] for x in parts]).astype(np.int64)
+    ge = np.concatenate([x[1] for x in parts]).astype(np.int64)
+    order = np.argsort(gs, kind="stable")
+    gs, ge = gs[order], ge[order]
+
+    dl_s, dl_e = merge(*_dataloader_ranges(ctx))
+    dl = covered_per_window(dl_s, dl_e, gs, ge) if dl_s.size else np.zeros(gs.size, np.int64)
+    calls = _blocking_calls(ctx)
+    cs = np.array([c.start_ns for c in calls], dtype=np.int64)
+    ce = np.array([c.end_ns for c in calls], dtype=np.int64)
+
+    # Which activity ends each gap, and was it launched after the GPU ran dry?
+    nxt = np.searchsorted(act_s, ge, side="left")
+    has_next = nxt < act_s.size
+    launched = np.where(has_next, act_l[np.clip(nxt, 0, act_s.size - 1)], -1)
+    host_launch = has_next & (launched > gs)
+    # The blocking call in flight when the GPU ran dry (started before gs + tol, ended after gs - tol).
+    direct = np.full(gs.size, -1, dtype=np.int64)
+    if cs.size:
+        j = np.searchsorted(cs, gs + SYNC_TOLERANCE_NS, side="right") - 1
+        run_end = np.maximum.accumulate(ce)
+        run_arg = _running_argmax(ce)
+        ok = (j >= 0) & (run_end[np.clip(j, 0, None)] >= gs - SYNC_TOLERANCE_NS)
+        direct = np.where(ok, run_arg[np.clip(j, 0, None)], -1)
+    cause = np.full(gs.size, CAUSES.index("other"), dtype=np.int8)
+    cause[host_launch] = CAUSES.index("host_launch")
+    cause[direct >= 0] = CAUSES.index("sync")
+    rest = ge - gs - dl
+    blamed = np.zeros(gs.size, dtype=np.int64)
+    lead = np.where(act_l >= 0, act_s - act_l, -1)
+    run_lead = _lead_before(act_s, lead, gs, ge)
+    _charge(calls, gs, ge, rest, cause, direct, blamed, run_lead)
+    return Timeline(gs, ge, dl, cause, blamed, calls, lead)
+
+
+def _lead_before(act_s: np.ndarray, lead: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
+    """Per gap: the largest launch lead among the activities that ran since the previous gap (-1 if none)."""
+    out = np.full(gs.size, -1, dtype=np.int64)
+    if gs.size == 0 or lead.size == 0:
+        return out
+    prev_end = np.concatenate([[np.iinfo(np.int64).min], ge[:-1]])
+    lo = np.searchsorted(act_s, prev_end, side="left")
+    hi = np.searchsorted(act_s, gs, side="left")
+    # Segments [lo_g, lo_g+1) hold the same activities as [lo_g, hi_g): none starts inside a gap.
+    seg = np.maximum.reduceat(lead, np.minimum(lo, lead.size - 1))
+    last = gs.size - 1
+    if hi[last] > lo[last]:
+        seg[last] = lead[lo[last]:hi[last]].max()
+    return np.where(hi > lo, seg, -1)
+
+
+def _running_argmax(x: np.ndarray) -> np.ndarray:
+    """Index of the running maximum of ``x`` (first occurrence)."""
+    idx = np.arange(x.size)
+    best = np.maximum.accumulate(x)
+    is_new = x >= best
+    return np.maximum.accumulate(np.where(is_new, idx, 0))
+
+
+def _charge(calls: list[BlockingCall], gs: np.ndarray, ge: np.ndarray, rest: np.ndarray, cause: np.ndarray,
+            direct: np.ndarray, blamed: np.ndarray, run_lead: np.ndarray) -> None:
+    """Charge direct gaps to the call in flight and refill gaps to the call with lead left to lose.
+
+    The refill ends once the host is ahead again: when work that ran after the call had been queued for at least
+    the lead still to lose (``run_lead``), the queue has refilled and later gaps are not the call's doing.
+    """
+    if not calls:
+        return
+    sync_c, launch_c = CAUSES.index("sync"), CAUSES.index("host_launch")
+    for g in np.flatnonzero(cause == sync_c).tolist():
+        c = calls[int(direct[g])]
+        c.charged_direct_ns += int(rest[g])
+        blamed[g] = rest[g]
+    starts = np.array([c.start_ns for c in calls], dtype=np.int64)
+    owner, budget = -1, 0
+    ci = 0
+    for g in np.flatnonzero(cause == launch_c).tolist():
+        # Calls that began before this gap: the newest takes over when its wait exceeds the budget left.
+        while ci < len(calls) and starts[ci] <= gs[g]:
+            if calls[ci].wait_ns >= budget:
+                owner, budget = ci, calls[ci].wait_ns
+            ci += 1
+        if owner < 0 or budget <= 0:
+            continue
+        prev_end = ge[g - 1] if g > 0 else gs[g]
+        if prev_end >= calls[owner].end_ns and run_lead[g] >= budget:
+            owner, budget = -1, 0  # the queue refilled: the lost lead is back
+            continue
+        take = int(min(rest[g], budget))
+        calls[owner].charged_refill_ns += take
+        budget -= take
+        blamed[g] = take
+
+
+def _blocking_calls(ctx: Context) -> list[BlockingCall]:
+    p, rank = ctx.profile, ctx.rank
+    rt = p.tables["runtime"]
+    mine = rt["rank"] == rank
+    sync_rows = np.flatnonzero(mine & (rt["api_kind"] == API_KINDS.index("sync")))
+    mc_rows = np.flatnonzero(mine & (rt["api_kind"] == API_KINDS.index("memcpy")))
+    memcpy = p.tables["memcpy"]
+    by_launch: dict[int, int] = {int(lr): i for i, lr in enumerate(memcpy["launch_row"].tolist()) if lr >= 0}
+    # Outermost copy ops that move host->device data out of pageable memory (their syncs are the copy's cost).
+    pageable_h2d_tops: set[int] = set()
+    for i in np.flatnonzero((memcpy["rank"] == rank) & (memcpy["kind"] == _HTOD)
+                            & (memcpy["src_mem"] == _PAGEABLE)).tolist():
+        lr = int(memcpy["launch_row"][i])
+        if lr >= 0 and rt["op_row"][lr] >= 0:
+            pageable_h2d_tops.add(ctx.plumbing_top(int(rt["op_row"][lr])))
+    out: list[BlockingCall] = []
+    names = p.names(rt["name_id"]).astype(object)
+    for r in mc_rows.tolist():
+        name = str(names[r])
+        m = by_launch.get(r, -1)
+        kind = int(memcpy["kind"][m]) if m >= 0 else 0
+        pageable = m >= 0 and _PAGEABLE in (int(memcpy["src_mem"][m]), int(memcpy["dst_mem"][m]))
+        if name.endswith("Async") and not pageable:
+            continue  # a truly asynchronous copy does not block
+        what = {_HTOD: "HtoD copy", _DTOH: "DtoH copy"}.get(kind, "copy")
+        out.append(_call(ctx, r, name, what, pageable_h2d_tops))
+    for r in sync_rows.tolist():
+        out.append(_call(ctx, r, str(names[r]), "sync", pageable_h2d_tops))
+    out.sort(key=lambda c: c.start_ns)
+    return out
+
+
+def _call(ctx: Context, r: int, name: str, what: str, pageable_tops: set[int]) -> BlockingCall:
+    rt = ctx.profile.tables["runtime"]
+    op = int(rt["op_row"][r])
+    top = ctx.plumbing_top(op) if op >= 0 else -1
+    owner = "pageable-memcpy" if top >= 0 and top in pageable_tops else "host-sync"
+    s = int(rt["start_ns"][r])
+    return BlockingCall(r, s, s + int(rt["dur_ns"][r]), name, op, owner, what)
+
+
+def _dataloader_ranges(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    ops = ctx.profile.tables["ops"]
+    sel = np.flatnonzero((ops["rank"] == ctx.rank) & (ops["category"] == OP_CATEGORIES.index("user_annotation")))
+    if sel.size == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    names = ctx.op_names[sel].astype(str)
+    dl = sel[np.char.startswith(names, "enumerate(DataLoader)#")]
+    s = ops["start_ns"][dl]
+    return s, s + ops["dur_ns"][dl]
