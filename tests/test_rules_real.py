@@ -56,7 +56,12 @@ def test_amp_not_used_fires_on_fp32_deepspeech_only(gpt2: Any, deepspeech: Any) 
     ref = sum(e["dur"] for e in raw_kernels(DEEPSPEECH)
               if ("f32f32_f32f32" in e["name"] or "simt_sgemm" in e["name"]) and "splitK" not in e["name"])
     assert f["evidence"]["fp32_kernel_us"] == pytest.approx(ref, abs=0.1)
-    assert {t["layer"] for t in f["evidence"]["top"]} == {"aten::linear"}
+    # No 16-bit matrix math at all, so the TF32 RNN GEMMs (cuDNN's default) count too.
+    ref_tf32 = sum(e["dur"] for e in raw_kernels(DEEPSPEECH) if "tensorop_s1688gemm" in e["name"]
+                   or "tf32f32" in e["name"])
+    assert f["evidence"]["tf32_kernel_us"] == pytest.approx(ref_tf32, abs=0.1)
+    assert f["evidence"]["amp_in_use"] is False
+    assert {t["layer"] for t in f["evidence"]["top"]} == {"aten::linear", "aten::rnn_relu"}
     assert f["severity"] == "high" and 0 < f["est_gain_pct"] < 100
     assert "amp-not-used" not in found(gpt2)
 

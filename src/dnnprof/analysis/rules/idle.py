@@ -26,11 +26,16 @@ LAUNCH_BOUND_MIN_PCT = 10.0
 LAUNCH_BOUND_MIN_SHORT_SHARE = 0.25
 #: A kernel shorter than this finishes before the host can launch the next one (launch cost ~5-10 µs).
 SHORT_KERNEL_NS = 10_000
+#: Host-launch gaps longer than this are not launch overhead but host work between launches (data preparation,
+#: Python logic, logging); they count for ``gpu-idle`` as ``host_work``, not for ``launch-bound``.
+LAUNCH_GAP_MAX_NS = 1_000_000
 #: Gaps listed as evidence.
 TOP_N = 5
 #: Which rule explains each idle cause, for the gpu-idle evidence.
 _EXPLAINED_BY = {"dataloader": "see dataloader-bound", "sync": "see host-sync and pageable-memcpy",
-                 "host_launch": "see launch-bound and host-sync",
+                 "refill": "the host catching up after a blocking call: see host-sync and pageable-memcpy",
+                 "host_launch": "launch overhead between short kernels: see launch-bound",
+                 "host_work": "the host was busy with other work between launches: see host_op in the gaps below",
                  "other": "work was queued: waits on events, other streams or profiler overhead"}
 
 
@@ -44,6 +49,28 @@ def _host_op_at(ctx: Context, t_ns: int) -> str:
     return ctx.op_name(int(sel[np.argmax(ops["depth"][sel])]))
 
 
+def _host_hotspots(ctx: Context, n: int = 3) -> list[str] | None:
+    """The Python lines that took the host's time (``dnnprof run`` samples them), or None when not sampled."""
+    hs = ctx.doc.get("host_hotspots")
+    if not isinstance(hs, dict) or not hs.get("top_user_lines"):
+        return None
+    out = []
+    for r in hs["top_user_lines"][:n]:
+        path = str(r.get("file", "")).replace("\\", "/").rsplit("/", 1)[-1]
+        out.append(f"{path}:{r.get('line')} ({r.get('function')}) {r.get('pct')}%")
+    return out
+
+
+def _nvml(ctx: Context) -> dict[str, float] | None:
+    """Mean NVML/GPM utilisation metrics over the timed steps, when the run sampled them."""
+    metrics = (ctx.doc.get("samples") or {}).get("metrics") if isinstance(ctx.doc.get("samples"), dict) else None
+    if not isinstance(metrics, dict):
+        return None
+    keep = ("gpu_util_pct", "sm_active_pct", "sm_occupancy_pct", "tensor_active_pct")
+    out = {k: metrics[k]["mean"] for k in keep if isinstance(metrics.get(k), dict) and "mean" in metrics[k]}
+    return out or None
+
+
 def _next_kernel_op(ctx: Context, t_ns: int) -> str:
     """The op that launched the first kernel starting at or after ``t_ns`` ("" when unknown)."""
     k = ctx.profile.tables["kernels"]
@@ -54,6 +81,18 @@ def _next_kernel_op(ctx: Context, t_ns: int) -> str:
     return op
 
 
+def _gap_cause(tl: Any, g: int) -> str:
+    """One gap's cause in gpu-idle's terms (host-launch gaps split into refill, launch overhead, host work)."""
+    if tl.dataloader_ns[g] > 0:
+        return "dataloader"
+    cause = CAUSES[int(tl.cause[g])]
+    if cause != "host_launch":
+        return cause
+    if tl.blamed_ns[g] > 0:
+        return "refill"
+    return "host_work" if tl.gap_end[g] - tl.gap_start[g] > LAUNCH_GAP_MAX_NS else "host_launch"
+
+
 def _top_gaps(ctx: Context, mask: np.ndarray) -> list[dict[str, Any]]:
     """The longest gaps under ``mask``: length, cause, what the host was doing, and what ended the gap."""
     tl = ctx.timeline
@@ -61,8 +100,7 @@ def _top_gaps(ctx: Context, mask: np.ndarray) -> list[dict[str, Any]]:
     length = (tl.gap_end - tl.gap_start)[idx]
     out = []
     for g in idx[np.argsort(-length, kind="stable")][:TOP_N].tolist():
-        out.append({"gap_us": us(tl.gap_end[g] - tl.gap_start[g]),
-                    "cause": "dataloader" if tl.dataloader_ns[g] > 0 else CAUSES[int(tl.cause[g])],
+        out.append({"gap_us": us(tl.gap_end[g] - tl.gap_start[g]), "cause": _gap_cause(tl, g),
                     "host_op": _host_op_at(ctx, int(tl.gap_start[g])) or None,
                     "next_kernel_op": _next_kernel_op(ctx, int(tl.gap_end[g])) or None})
     return out
@@ -75,7 +113,8 @@ def gpu_idle(ctx: Context) -> Finding | None:
     Pattern: busy time (union of kernels, copies and memsets) below ``GPU_IDLE_MAX_BUSY_PCT`` of the GPU-side
     step windows.
     Algorithm: busy % from the utilisation accounting; the idle time is split by cause (data loading, blocking
-    calls, host too slow to launch, other) so the finding says where it goes and which rule explains it.
+    calls and the refill after them, launch overhead, longer host work between launches, other) so the finding
+    says where it goes and which rule explains it.
     Fix: follow the specific finding for the largest cause; as a general lever, give the GPU more work per launch
     (larger batch, fused ops, CUDA graphs).
     """
@@ -86,7 +125,9 @@ def gpu_idle(ctx: Context) -> Finding | None:
         return None
     tl = ctx.timeline
     idle = int((tl.gap_end - tl.gap_start).sum())
-    causes = {c: tl.total(c) for c in CAUSES}
+    short, long = tl.host_launch_split(LAUNCH_GAP_MAX_NS)
+    causes = {c: tl.total(c) for c in CAUSES if c != "host_launch"}
+    causes.update(host_launch=short, host_work=long, refill=tl.total("host_launch") - short - long)
     order = sorted(causes, key=lambda c: -causes[c])
     main = order[0]
     breakdown = {c: {"idle_us": us(v), "pct_of_idle": round(pct(v, idle), 1), "see": _EXPLAINED_BY[c]}
@@ -106,7 +147,8 @@ def gpu_idle(ctx: Context) -> Finding | None:
         how_estimated=("All idle time inside the step windows: the upper bound if every gap were filled; the "
                        "cause-specific findings estimate what each fix recovers."),
         evidence={"busy_pct": round(busy, 1), "idle_us": us(idle), "window_us": us(ctx.window_ns),
-                  "idle_by_cause": breakdown, "largest_cause": main},
+                  "idle_by_cause": breakdown, "largest_cause": main, "nvml_mean": _nvml(ctx),
+                  "host_hotspots": _host_hotspots(ctx)},
         top=_top_gaps(ctx, np.ones(tl.gap_start.size, dtype=bool)),
     )
 
@@ -141,6 +183,7 @@ def dataloader_bound(ctx: Context) -> Finding | None:
         how_estimated=("GPU idle that overlaps DataLoader __next__, as a share of the step windows: removed when "
                        "workers prepare batches while the GPU computes (if they keep up)."),
         evidence={"gpu_idle_in_dataloader_us": us(dl), "dataloader_host_us": us(ranges["host_ns"]),
+                  "host_hotspots": _host_hotspots(ctx),
                   "dataloader_calls": ranges["calls"], "pct_of_step": round(pct(dl, ctx.window_ns), 2),
                   "range_name": ranges["name"]},
         top=_top_gaps(ctx, tl.dataloader_ns > 0),
@@ -164,8 +207,8 @@ def launch_bound(ctx: Context) -> Finding | None:
 
     Pattern: many short kernels (``SHORT_KERNEL_NS``) and GPU gaps that end with work launched only after the GPU
     ran dry, not explained by a blocking call.
-    Algorithm: unexplained host-launch idle ≥ ``LAUNCH_BOUND_MIN_PCT`` of step time and at least
-    ``LAUNCH_BOUND_MIN_SHORT_SHARE`` of the kernels are short.
+    Algorithm: unexplained host-launch idle in gaps up to ``LAUNCH_GAP_MAX_NS`` ≥ ``LAUNCH_BOUND_MIN_PCT`` of step
+    time and at least ``LAUNCH_BOUND_MIN_SHORT_SHARE`` of the kernels are short.
     Fix: capture the step in a CUDA graph (``torch.compile(mode="reduce-overhead")`` or
     ``torch.cuda.graphs``), fuse small ops with ``torch.compile``, use fused/foreach optimizers, raise the batch
     size so each launch does more work.
@@ -173,7 +216,7 @@ def launch_bound(ctx: Context) -> Finding | None:
     if not ctx.window_ns:
         return None
     tl = ctx.timeline
-    idle = tl.unblamed_host_launch_ns
+    idle, _ = tl.host_launch_split(LAUNCH_GAP_MAX_NS)
     if pct(idle, ctx.window_ns) < LAUNCH_BOUND_MIN_PCT:
         return None
     k = ctx.profile.tables["kernels"]
@@ -209,6 +252,7 @@ def launch_bound(ctx: Context) -> Finding | None:
         evidence={"host_launch_idle_us": us(idle), "pct_of_step": round(share, 2),
                   "kernels_per_step": round(per_step, 1), "median_kernel_us": round(float(np.median(d)) / 1e3, 2),
                   "short_kernel_share": round(short, 3), "mean_launch_call_us": launch_us,
-                  "graph_launched_kernels": graphs},
-        top=_top_gaps(ctx, tl.cause == CAUSES.index("host_launch")),
+                  "graph_launched_kernels": graphs, "host_hotspots": _host_hotspots(ctx)},
+        top=_top_gaps(ctx, (tl.cause == CAUSES.index("host_launch")) & (tl.blamed_ns == 0)
+                      & (tl.gap_end - tl.gap_start <= LAUNCH_GAP_MAX_NS)),
     )

@@ -15,6 +15,9 @@ from dnnprof.analysis.rules.context import Context
 
 #: ``amp-not-used`` fires when fp32 GEMM/conv kernels without tensor cores take this share of kernel time.
 AMP_MIN_KERNEL_PCT = 10.0
+#: ... or fp32 + TF32 matrix kernels take that share while fp16/bf16 matrix kernels are under this share of the
+#: matrix time (the run does not use AMP).
+AMP_MAX_HALF_SHARE_PCT = 10.0
 #: ``tensor-cores-unused`` fires when fp16/bf16 GEMM/conv work on slow paths takes this share of kernel time.
 TC_UNUSED_MIN_KERNEL_PCT = 5.0
 #: ``fp64-used`` fires when double-precision kernels take this share of kernel time.
@@ -32,12 +35,18 @@ TOP_N = 5
 TC_FAMILIES = frozenset({"gemm", "conv", "attention", "rnn"})
 # Kernels in those families that are not matrix products: tensor cores cannot help them.
 _NOT_MMA = re.compile(r"gemv|splitKreduce|reduce_kernel|depthwise|elementWise|elemWise|RNN_|bidirectional_accum|"
-                      r"GENERIC_|softmax|scal_kernel|dot_kernel|axpy|nrm2|transpose|CatArray|region_transform",
+                      r"GENERIC_|softmax|scal_kernel|dot_kernel|axpy|nrm2|transpose|CatArray|region_transform|"
+                      r"nchwToNhwc|nhwcToNchw|ToNhwc|ToNchw|im2col|col2im|computeOffsets|scalePacked",
                       re.IGNORECASE)
+# What a matrix-product mainloop is called (cuBLAS, cuBLASLt, CUTLASS, cuDNN, flash attention).
+_MMA = re.compile(r"gemm|gmma|mma|nvjet|xmma|cutlass|fprop|dgrad|wgrad|implicit_convolve|winograd|flash|fmha|"
+                  r"matmul|_mm_|bmm|dot_product|conv2d_c1|sdpa", re.IGNORECASE)
 _UNALIGNED_16BIT = re.compile(r"_align[12](?:\b|_)", re.IGNORECASE)
 # Precision words the shared detector does not know (CUDA's __half / __nv_bfloat16 spellings).
 _HALF = re.compile(r"__half|half_t|__nv_half", re.IGNORECASE)
 _BF16 = re.compile(r"__nv_bfloat16|bfloat16_t", re.IGNORECASE)
+# Double-precision GEMM spellings: CUTLASS ``tensorop_d884gemm``, cuBLAS ``f64f64``.
+_FP64 = re.compile(r"_d\d{3,5}gemm|f64f64|dgemm|\bdouble\b", re.IGNORECASE)
 
 
 def _precision(r: KernelRow) -> str:
@@ -47,11 +56,14 @@ def _precision(r: KernelRow) -> str:
         return "bf16"
     if _HALF.search(r.name):
         return "fp16"
+    if not r.precision and _FP64.search(r.name):
+        return "fp64"
     return r.precision
 
 
 def _is_mma_work(r: KernelRow) -> bool:
-    return r.family in TC_FAMILIES and not _NOT_MMA.search(r.name)
+    """A matrix-product mainloop of a family tensor cores serve (not its layout or elementwise helpers)."""
+    return r.family in TC_FAMILIES and bool(_MMA.search(r.name)) and not _NOT_MMA.search(r.name)
 
 
 def _speedup(ctx: Context, to: str, frm: str) -> tuple[float, str]:
@@ -83,49 +95,65 @@ def _layers(ctx: Context, rows: list[KernelRow]) -> list[str]:
 
 @rule("amp-not-used", group="precision")
 def amp_not_used(ctx: Context) -> Finding | None:
-    """Matrix products run in fp32 on the FMA pipes instead of tensor cores.
+    """Matrix products run in fp32 (on the FMA pipes, or as TF32) where bf16/fp16 would be 2-15x faster.
 
-    Pattern: GEMM/conv/RNN/attention kernels (matrix-product mainloops, not their elementwise helpers) whose
-    names show fp32 math without tensor-core instructions (``sgemm``, ``simt``, ``f32f32_f32f32``, ``ffma``).
-    TF32 kernels already use tensor cores and do not count.
-    Algorithm: their kernel time inside the steps ≥ ``AMP_MIN_KERNEL_PCT`` of kernel time; the device must have
-    tensor cores (compute capability ≥ 7.0, or unknown).
+    Pattern: GEMM/conv/RNN/attention matrix kernels (not their elementwise helpers) whose names show fp32 math
+    without tensor-core instructions (``sgemm``, ``simt``, ``f32f32_f32f32``, ``ffma``); or, in a run with no
+    16-bit matrix math at all, fp32 tensors on TF32 tensor cores (cuDNN convolutions use TF32 by default).
+    Algorithm: fp32 non-tensor-core matrix time ≥ ``AMP_MIN_KERNEL_PCT`` of kernel time; or fp32 + TF32 matrix
+    time ≥ ``AMP_MIN_KERNEL_PCT`` while fp16/bf16 kernels (and tensor-core kernels whose precision the name does
+    not show) are under ``AMP_MAX_HALF_SHARE_PCT`` of matrix time. The device must have tensor cores
+    (compute capability ≥ 7.0, or unknown).
     Fix: ``torch.autocast("cuda", dtype=torch.bfloat16)`` (fp16 + ``GradScaler`` before Ampere), or at least
-    ``torch.backends.cuda.matmul.allow_tf32 = True`` / ``torch.set_float32_matmul_precision("high")``.
+    ``torch.set_float32_matmul_precision("high")`` (TF32) for the fp32 GEMMs.
     """
     if ctx.compute_major is not None and ctx.compute_major < 7:
         return None
-    rows = [r for r in ctx.kernels if _is_mma_work(r) and not r.tensor_core and _precision(r) in ("fp32", "")]
-    rows = [r for r in rows if _precision(r) == "fp32" or r.family in ("gemm", "conv")]
-    t = sum(ctx.in_window_ns(r.rows) for r in rows)
-    if not ctx.kernel_ns or pct(t, ctx.kernel_ns) < AMP_MIN_KERNEL_PCT:
+    mma = [r for r in ctx.kernels if _is_mma_work(r)]
+    fp32 = [r for r in mma if not r.tensor_core and _precision(r) in ("fp32", "")]
+    tf32 = [r for r in mma if r.tensor_core and _precision(r) == "tf32"]
+    half = [r for r in mma if _precision(r) in ("fp16", "bf16", "fp8") or (r.tensor_core and not _precision(r))]
+    t32, ttf, thalf = (sum(ctx.in_window_ns(r.rows) for r in rs) for rs in (fp32, tf32, half))
+    t_mma = sum(ctx.in_window_ns(r.rows) for r in mma)
+    if not ctx.kernel_ns:
         return None
+    no_amp = pct(thalf, t_mma) < AMP_MAX_HALF_SHARE_PCT
+    fires_fp32 = pct(t32, ctx.kernel_ns) >= AMP_MIN_KERNEL_PCT
+    fires_tf32 = no_amp and pct(t32 + ttf, ctx.kernel_ns) >= AMP_MIN_KERNEL_PCT
+    if not (fires_fp32 or fires_tf32):
+        return None
+    counted = fp32 + (tf32 if no_amp else [])
+    t = t32 + (ttf if no_amp else 0)
     ampere = ctx.compute_major is None or ctx.compute_major >= 8
     target = "bf16" if ampere else "fp16"
     s, src = _speedup(ctx, target, "fp32")
-    s_tf32, _ = _speedup(ctx, "tf32", "fp32") if ampere else (1.0, "")
-    tf32_rows = [r for r in ctx.kernels if _is_mma_work(r) and r.tensor_core and _precision(r) == "tf32"]
-    tf32_ns = sum(ctx.in_window_ns(r.rows) for r in tf32_rows)
-    gain = _gain_ns(ctx, rows, s)
+    s_tf, src_tf = _speedup(ctx, target, "tf32") if ampere else (1.0, "")
+    gain = _gain_ns(ctx, fp32, s) + (_gain_ns(ctx, tf32, s_tf) if no_amp and ampere else 0.0)
     share = pct(t, ctx.kernel_ns)
+    what = "fp32 matrix math without tensor cores" if not (no_amp and ttf) else "fp32/TF32 matrix math, no AMP"
+    dtype = "bfloat16" if ampere else "float16"
     return Finding(
         id="amp-not-used",
-        title=f"fp32 matrix math without tensor cores: {share:.0f}% of GPU kernel time",
-        summary=(f"{len(rows)} fp32 GEMM/conv kernels run on the FMA pipes for {ms_text(t)} "
-                 f"({pct(t, ctx.window_ns):.1f}% of step time), mostly in {', '.join(_layers(ctx, rows))}"),
-        recommendation=(f"Wrap the forward pass and loss in torch.autocast('cuda', dtype=torch.{'bfloat16' if ampere else 'float16'})"
-                        f"{'' if ampere else ' with torch.amp.GradScaler'}; if you must stay in fp32, enable TF32 "
-                        "with torch.set_float32_matmul_precision('high') (Ampere or newer)."),
+        title=f"{what}: {share:.0f}% of GPU kernel time",
+        summary=(f"{len(counted)} GEMM/conv kernels run in fp32 for {ms_text(t)} ({pct(t, ctx.window_ns):.1f}% of "
+                 f"step time; {ms_text(t32)} on the FMA pipes, {ms_text(ttf)} as TF32), mostly in "
+                 f"{', '.join(_layers(ctx, counted))}"),
+        recommendation=(f"Wrap the forward pass and loss in torch.autocast('cuda', dtype=torch.{dtype})"
+                        f"{'' if ampere else ' with torch.amp.GradScaler'}"
+                        + ("; if you must stay in fp32, at least enable TF32 for matmuls with "
+                           "torch.set_float32_matmul_precision('high')." if ampere and t32 else ".")),
         est_gain_pct=pct(gain, ctx.window_ns),
-        how_estimated=(f"Kernel time of the fp32 non-tensor-core GEMM/conv kernels × (1 − 1/{s:.1f}), {s:.1f} being "
-                       f"the {target}/fp32 peak ratio ({src}); an upper bound reached by compute-bound GEMMs "
-                       "(memory-bound ones gain less), and realised in step time only while the GPU is the "
-                       "bottleneck."),
-        evidence={"fp32_kernel_us": us(t), "pct_of_kernel_time": round(share, 2),
-                  "pct_of_step": round(pct(t, ctx.window_ns), 2), "kernels": len(rows),
-                  "assumed_speedup": round(s, 2), "tf32_only_speedup": round(s_tf32, 2) if ampere else None,
-                  "tf32_kernel_us": us(tf32_ns), "device": ctx.spec.name if ctx.spec else None},
-        top=_offenders(ctx, rows),
+        how_estimated=(f"fp32 non-tensor-core kernels: time × (1 − 1/{s:.1f}), the {target}/fp32 peak ratio ({src})"
+                       + (f"; TF32 kernels: time × (1 − 1/{s_tf:.1f}), the {target}/tf32 peak ratio ({src_tf})"
+                          if no_amp and ttf and ampere else "")
+                       + ". An upper bound reached by compute-bound GEMMs (memory-bound ones gain less), realised in "
+                         "step time only while the GPU is the bottleneck."),
+        evidence={"fp32_kernel_us": us(t32), "tf32_kernel_us": us(ttf), "half_kernel_us": us(thalf),
+                  "pct_of_kernel_time": round(share, 2), "pct_of_step": round(pct(t, ctx.window_ns), 2),
+                  "kernels": len(counted), "amp_in_use": not no_amp, "assumed_speedup_fp32": round(s, 2),
+                  "assumed_speedup_tf32": round(s_tf, 2) if ampere else None,
+                  "device": ctx.spec.name if ctx.spec else None},
+        top=_offenders(ctx, counted),
     )
 
 

@@ -95,6 +95,14 @@ class Timeline:
         sel = self.cause == CAUSES.index("host_launch")
         return int((self.rest_ns[sel] - self.blamed_ns[sel]).sum())
 
+    def host_launch_split(self, long_gap_ns: int) -> tuple[int, int]:
+        """Unexplained host-launch idle in gaps up to ``long_gap_ns`` (launch/dispatch overhead) and in longer
+        gaps (the host was doing other work: data preparation, Python logic, logging)."""
+        sel = self.cause == CAUSES.index("host_launch")
+        idle = self.rest_ns[sel] - self.blamed_ns[sel]
+        long = (self.gap_end - self.gap_start)[sel] > long_gap_ns
+        return int(idle[~long].sum()), int(idle[long].sum())
+
 
 def build_timeline(ctx: Context) -> Timeline:
     """Gaps, causes and blame for the context's rank and primary device."""
