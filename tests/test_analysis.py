@@ -165,3 +165,21 @@ def test_cpu_only_summary() -> None:
     assert doc["gpu"]["has_activity"] is False
     assert doc["kernels"] == []
     assert doc["steps"]["count"] == 3
+
+
+def test_host_ops_self_time_against_raw_nesting() -> None:
+    from dnnprof.analysis.host_ops import host_ops
+
+    p = read_kineto(CPU_MLP)
+    rows = host_ops(p)
+    assert rows and rows[0].self_ns <= rows[0].total_ns
+    by = {r.name: r for r in rows}
+    # aten::linear only wraps aten::t and aten::addmm: its self time is its duration minus theirs.
+    ops = p.tables["ops"]
+    names = p.names(ops["name_id"]).astype(str)
+    lin = np.flatnonzero((names == "aten::linear") & (ops["step"] >= 0))
+    kids = np.isin(ops["parent_row"], lin)
+    expected = ops["dur_ns"][lin].sum() - ops["dur_ns"][kids].sum()
+    assert by["aten::linear"].self_ns == expected
+    assert by["aten::linear"].calls == lin.size
+    assert sum(r.self_pct for r in rows) == pytest.approx(100)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from dnnprof.analysis.attribution import PHASES, Attribution, attribute
+from dnnprof.analysis.host_ops import host_ops
 from dnnprof.analysis.kernel_summary import KernelRow, group_by, kernel_summary
 from dnnprof.analysis.occupancy import kernel_occupancy
 from dnnprof.analysis.steps import step_source, with_steps
@@ -20,6 +21,8 @@ from dnnprof.model.profile import Profile
 from dnnprof.model.schema import MEMCPY_KINDS, MEMORY_KINDS
 
 SCHEMA = "dnnprof.summary/1"
+#: Host ops listed in the summary (by self time); the saved profile keeps all of them.
+HOST_OPS_IN_SUMMARY = 50
 
 
 @dataclass
@@ -114,6 +117,8 @@ def summary_of(a: Analysis) -> dict[str, Any]:
                    for g in layer_rows if g.name],
         "phases": {f"{ph}_us": _us(phase_ns.get(ph, 0)) for ph in PHASES},
         "memcpy": _memcpy_json(p, rank),
+        "host_ops": [{"name": r.name, "calls": r.calls, "total_us": _us(r.total_ns), "self_us": _us(r.self_ns),
+                      "self_pct": _num(r.self_pct)} for r in host_ops(p, rank)[:HOST_OPS_IN_SUMMARY]],
         "findings": [],
     }
     return doc

@@ -37,7 +37,7 @@ def _bytes(n: float | None) -> str:
 def _header(doc: dict[str, Any]) -> Panel:
     dev, steps, gpu = doc["device"], doc["steps"], doc["gpu"]
     lines = Text()
-    name = dev.get("name") or "unknown device"
+    name = dev.get("name") or ("CPU (no GPU in this profile)" if not gpu.get("has_activity", True) else "unknown device")
     cc = f" (sm_{dev['compute_capability'].replace('.', '')})" if dev.get("compute_capability") else ""
     lines.append(f"{name}{cc}", style="bold")
     if dev.get("sm_count"):
@@ -116,6 +116,16 @@ def _memcpy(doc: dict[str, Any]) -> Table:
     return t
 
 
+def _host_ops(doc: dict[str, Any], top: int) -> Table:
+    t = Table(title="Top host ops (self time on the CPU)", title_justify="left", expand=False)
+    for col in ("Self %", "Self", "Total", "Calls", "Op"):
+        t.add_column(col, justify="left" if col == "Op" else "right", no_wrap=True, overflow="ellipsis",
+                     max_width=70 if col == "Op" else None)
+    for r in doc["host_ops"][:top]:
+        t.add_row(_pct(r["self_pct"]), _ms(r["self_us"]), _ms(r["total_us"]), f"{r['calls']:,}", r["name"])
+    return t
+
+
 def _findings(doc: dict[str, Any]) -> Table:
     t = Table(title="Findings (ranked by expected gain)", title_justify="left", expand=False, show_lines=True)
     t.add_column("Severity")
@@ -140,6 +150,8 @@ def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -
         if not console.is_terminal:  # pipes and CI logs: no 80-column squeeze
             console.width = max(console.width, 180)
     parts: list[Any] = [_header(doc)]
+    if not doc["kernels"] and doc.get("host_ops"):
+        parts.append(_host_ops(doc, top))
     if doc["kernels"]:
         parts.append(_kernels(doc, top))
         if doc.get("layers"):
@@ -150,6 +162,8 @@ def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -
         parts.append(_phases(doc))
     if doc["memcpy"]:
         parts.append(_memcpy(doc))
+    if doc["kernels"] and doc.get("host_ops"):
+        parts.append(_host_ops(doc, min(top, 8)))
     if doc.get("findings"):
         parts.append(_findings(doc))
     console.print(Group(*parts))

@@ -1,0 +1,53 @@
+"""Host-side operator time: total and self time per op name (torch.profiler ``key_averages`` style).
+
+Self time = the op's duration minus the time of ops nested directly inside it on the same thread. Only
+``cpu_op`` rows count (annotations and Python frames are containers, not work). Times are over the steps when the
+profile has steps, else over the whole trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dnnprof.model.profile import Profile
+from dnnprof.model.schema import OP_CATEGORIES
+
+
+@dataclass
+class HostOpRow:
+    name: str
+    calls: int
+    total_ns: int
+    self_ns: int
+    self_pct: float  # of all cpu_op self time
+
+
+def host_ops(profile: Profile, rank: int = 0) -> list[HostOpRow]:
+    """Every cpu_op name with calls, total and self time, sorted by self time."""
+    ops = profile.tables["ops"]
+    n = ops["start_ns"].size
+    if n == 0:
+        return []
+    dur = ops["dur_ns"].astype(np.int64)
+    parent = ops["parent_row"]
+    has_parent = parent >= 0
+    child_time = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=n).astype(np.int64)
+    self_ns = np.maximum(dur - child_time, 0)
+    sel = (ops["rank"] == rank) & (ops["category"] == OP_CATEGORIES.index("cpu_op"))
+    if profile.tables["steps"]["number"].size:
+        sel &= ops["step"] >= 0
+    idx = np.flatnonzero(sel)
+    if idx.size == 0:
+        return []
+    ids = ops["name_id"][idx]
+    uniq, inv = np.unique(ids, return_inverse=True)
+    calls = np.bincount(inv)
+    tot = np.bincount(inv, weights=dur[idx])
+    slf = np.bincount(inv, weights=self_ns[idx])
+    grand = float(slf.sum()) or 1.0
+    rows = [HostOpRow(profile.strings[int(u)], int(c), int(t), int(s), 100.0 * s / grand)
+            for u, c, t, s in zip(uniq.tolist(), calls.tolist(), tot.tolist(), slf.tolist(), strict=True)]
+    rows.sort(key=lambda r: -r.self_ns)
+    return rows
