@@ -1,4 +1,4 @@
-"""Real H200 traces of a CNN, a transformer and an RNN, training and inference (tests/data/h200_recorded)."""
+"""Real H100 and H200 traces of a CNN, a transformer and an RNN, training and inference (tests/data/h*_recorded)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import pytest
 from dnnprof.analysis.summary import summarize
 from dnnprof.ingest.kineto import read_kineto
 
-REC = Path(__file__).parent / "data" / "h200_recorded"
+DATA = Path(__file__).parent / "data"
+REC = DATA / "h100_recorded"
+RECORDED = sorted([*(DATA / "h100_recorded").glob("*.json.gz"), *(DATA / "h200_recorded").glob("*.json.gz")])
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in REC.glob("*.json.gz")))
-def test_every_recorded_trace_is_consistent(name: str) -> None:
-    p = read_kineto(REC / name)
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_recorded_trace_is_consistent(path: Path) -> None:
+    p = read_kineto(path)
     assert p.self_check() == []
     doc = summarize(p)
     assert doc["attribution"]["attributed_pct"] >= 85
@@ -70,14 +72,14 @@ def test_inference_without_markers_finds_iterations_from_launch_pattern() -> Non
     assert doc["steps"]["cv_pct"] < 15
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in REC.glob("*.json.gz")))
-def test_theoretical_occupancy_bounds_kinetos_estimate(name: str) -> None:
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_theoretical_occupancy_bounds_kinetos_estimate(path: Path) -> None:
     """Kineto's 'est. achieved occupancy %' is min(theoretical, grid-limited): it can never exceed theory."""
     import numpy as np
 
     from dnnprof.analysis.occupancy import kernel_occupancy
 
-    p = read_kineto(REC / name)
+    p = read_kineto(path)
     k = p.tables["kernels"]
     occ = kernel_occupancy(k, p.devices[0])
     theo, est = occ["theoretical_occupancy_pct"], k["est_occupancy_pct"]
