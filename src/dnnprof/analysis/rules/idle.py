@@ -35,7 +35,8 @@ TOP_N = 5
 _EXPLAINED_BY = {"dataloader": "see dataloader-bound", "sync": "see host-sync and pageable-memcpy",
                  "refill": "the host catching up after a blocking call: see host-sync and pageable-memcpy",
                  "host_launch": "launch overhead between short kernels: see launch-bound",
-                 "host_work": "the host was busy with other work between launches: see host_op in the gaps below",
+                 "host_work": "the host was busy between launches (data preparation, Python logic, logging): "
+                              "move that work off the critical path",
                  "other": "work was queued: waits on events, other streams or profiler overhead"}
 
 
