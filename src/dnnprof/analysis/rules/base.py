@@ -43,7 +43,8 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready ``findings[]`` entry of the summary document."""
         evidence = {"summary": self.summary, **_clean(self.evidence), "top": _clean(self.top)}
-        gain = None if self.est_gain_pct is None else round(max(0.0, float(self.est_gain_pct)), 1)
+        # Kernel time on concurrent streams can add up to more than the window: a share is at most 100%.
+        gain = None if self.est_gain_pct is None else round(min(100.0, max(0.0, float(self.est_gain_pct))), 1)
         return {
             "id": self.id,
             "severity": self.severity or severity_for(gain),

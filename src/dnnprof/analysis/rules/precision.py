@@ -218,8 +218,12 @@ def fp64_used(ctx: Context) -> Finding | None:
         return None
     mma = [r for r in rows if _is_mma_work(r)]
     other = [r for r in rows if not _is_mma_work(r)]
-    s_mma, src = _speedup(ctx, "tf32", "fp64_tensor") if ctx.spec and ctx.spec.tflops.get("fp64_tensor") \
-        else _speedup(ctx, "fp32", "fp64")
+    if ctx.spec is not None and ctx.spec.tflops.get("fp64_tensor"):
+        s_mma, src = _speedup(ctx, "tf32", "fp64_tensor")
+    elif ctx.spec is not None and ctx.spec.tflops.get("fp64"):
+        s_mma, src = _speedup(ctx, "fp32", "fp64")
+    else:
+        s_mma, src = FP64_ELEMENTWISE_SPEEDUP, "device not in the spec table: assumed 2× (half the bytes)"
     s_mma = max(s_mma, FP64_ELEMENTWISE_SPEEDUP)
     gain = _gain_ns(ctx, mma, s_mma) + _gain_ns(ctx, other, FP64_ELEMENTWISE_SPEEDUP)
     share = pct(t, ctx.kernel_ns)
