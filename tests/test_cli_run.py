@@ -99,9 +99,12 @@ def test_ctrl_c_flushes_what_was_collected_and_marks_the_run_incomplete(tmp_path
 
     cmd = [sys.executable, "-m", "dnnprof", "run", "--warmup-steps", "2", "--steps", "500", "--", sys.executable,
            str(SCRIPTS / "train_plain.py"), "--steps", "1000", "--sleep", "0.02"]
-    # A new process group stands in for the terminal: Ctrl-C reaches dnnprof and the script alike.
+    # A new process group stands in for the terminal: Ctrl-C reaches dnnprof and the script alike. SIGINT is
+    # reset to its default first: a test runner started in the background inherits it ignored, and so would
+    # the script (Python keeps an inherited "ignore").
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout is not None
     for line in proc.stdout:  # the script's own output says when the profiled window is running (steps 3..)
         if line.startswith("step 8 "):

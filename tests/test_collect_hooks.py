@@ -267,3 +267,23 @@ def test_counters_pass_says_why_it_skips(tmp_path: Path) -> None:
     out = counters_pass(tmp_path, ["python", "x.py"], cfg, Profile(), [4, 5, 6], lambda d: {}, None)
     assert out["status"] == "skipped" and "step 5 launched no kernels" in out["message"]
 
+
+def test_sigint_disposition_is_read_from_proc() -> None:
+    import os
+    import signal
+    import subprocess
+
+    from dnnprof.collect.session import ignores_sigint
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("no /proc")
+    code = "import signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print(1, flush=True); time.sleep(30)"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "1"
+        assert ignores_sigint(p.pid)
+        assert not ignores_sigint(os.getpid()) or signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        p.kill()
+        p.wait()
+

@@ -94,6 +94,18 @@ def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, st
     return env
 
 
+def ignores_sigint(pid: int) -> bool:
+    """True when process ``pid`` ignores SIGINT (Linux ``/proc``; False where that cannot be read)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGINT - 1) & 1)
+    return False
+
+
 def _wait(proc: subprocess.Popen[bytes], staging: Path, echo: Callable[[str], None]) -> tuple[int, bool]:
     """Wait for the child; returns (exit code, interrupted)."""
     state = {"sigint": 0, "t": 0.0, "forwarded": False, "term": False}
@@ -123,7 +135,8 @@ def _wait(proc: subprocess.Popen[bytes], staging: Path, echo: Callable[[str], No
                 if (state["sigint"] == 1 and not state["forwarded"]
                         and time.monotonic() - state["t"] > FORWARD_AFTER_S
                         and not (staging / "finalizing").exists()):
-                    proc.send_signal(signal.SIGINT)
+                    # A script started with SIGINT ignored (a background job) still flushes on SIGTERM.
+                    proc.send_signal(signal.SIGTERM if ignores_sigint(proc.pid) else signal.SIGINT)
                     state["forwarded"] = True
     finally:
         if main:
