@@ -19,6 +19,8 @@ COMMANDS = [
     "run",
     "profile",
     "workloads",
+    "sweep",
+    "report",
 ]
 
 app = typer.Typer(

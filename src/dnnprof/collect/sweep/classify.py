@@ -1,0 +1,135 @@
+"""What went wrong in a trial: out-of-memory (of which memory), a CUDA error, a crash, a hang (pure).
+
+Used twice: inside a probe on the exception it caught, and in the sweep on a child's exit status and the tail of
+its stderr, for children that died before they could say (killed by the kernel, aborted by C++, a script).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+
+#: Messages that mean the GPU ran out of memory (PyTorch caching allocator, CUDA runtime, cuBLAS, cuDNN, NCCL).
+GPU_OOM_PATTERNS = (
+    r"CUDA out of memory",
+    r"torch\.(cuda\.)?OutOfMemoryError",
+    r"OutOfMemoryError: CUDA",
+    r"CUDA error: out of memory",
+    r"cudaErrorMemoryAllocation",
+    r"CUBLAS_STATUS_ALLOC_FAILED",
+    r"CUDNN_STATUS_ALLOC_FAILED",
+    r"CUFFT_ALLOC_FAILED",
+    r"NCCL.*(out of memory|Cuda failure 'out of memory')",
+)
+#: Messages that mean host memory ran out (allocator failures under an address-space limit, Python's own).
+HOST_OOM_PATTERNS = (
+    r"DefaultCPUAllocator: can't allocate memory",
+    r"DefaultCPUAllocator: not enough memory",
+    r"\bMemoryError\b",
+    r"std::bad_alloc",
+    r"Cannot allocate memory",
+    r"cannot allocate memory for thread-local data",
+    r"OpenBLAS.*(memory allocation|Memory allocation still failed)",
+    r"failed to allocate \d+ bytes",
+    r"CUDA error: .*cudaErrorHostMemoryAllocation|pinned memory.*(alloc|out of memory)",
+)
+_GPU_OOM = re.compile("|".join(GPU_OOM_PATTERNS), re.IGNORECASE)
+_HOST_OOM = re.compile("|".join(HOST_OOM_PATTERNS))
+_CUDA_ERROR = re.compile(r"CUDA error|CUDNN_STATUS_|CUBLAS_STATUS_|cudaError|illegal memory access|device-side assert")
+#: Lines that are noise at the end of a traceback, never the message.
+_NOISE = re.compile(r"^(\s*$|Traceback|\s+File |\s+\^+|\s{4}|During handling|The above exception|"
+                    r"CUDA kernel errors might|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`)")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A trial's failure.
+
+    Attributes:
+        status: ``oom``, ``error`` or ``timeout``.
+        limited_by: the resource that ran out: ``gpu_memory``, ``host_memory``, ``timeout``, ``cuda_error``,
+            ``crash`` or ``error``.
+        message: one line saying what happened.
+    """
+
+    status: str
+    limited_by: str
+    message: str
+
+
+def classify_text(text: str) -> tuple[str, str] | None:
+    """``(status, limited_by)`` when ``text`` (an exception message or stderr) shows an out-of-memory, else None."""
+    if _GPU_OOM.search(text):
+        return "oom", "gpu_memory"
+    if _HOST_OOM.search(text):
+        return "oom", "host_memory"
+    return None
+
+
+def classify_exception(exc: BaseException) -> Failure:
+    """A caught exception as a failure (inside a probe)."""
+    name = type(exc).__name__
+    text = f"{name}: {exc}" if str(exc) else f"{name} (no message)"
+    if name == "OutOfMemoryError" or isinstance(exc, MemoryError):
+        where = "gpu_memory" if name == "OutOfMemoryError" else "host_memory"
+        return Failure("oom", where, first_line(text))
+    found = classify_text(text)
+    if found:
+        return Failure(found[0], found[1], first_line(text))
+    if _CUDA_ERROR.search(text):
+        return Failure("error", "cuda_error", first_line(text))
+    return Failure("error", "error", first_line(text))
+
+
+def classify_exit(returncode: int | None, stderr_tail: str, *, timed_out: bool, timeout_s: float) -> Failure | None:
+    """A finished child's failure from its exit status and stderr, or None when it exited 0 with no error shown.
+
+    Args:
+        returncode: the exit status (negative: killed by that signal).
+        stderr_tail: the end of its stderr.
+        timed_out: the sweep killed it for running past ``timeout_s``.
+    """
+    if timed_out:
+        return Failure("timeout", "timeout", f"no result after {timeout_s:g} s; the trial was killed")
+    found = classify_text(stderr_tail)
+    if found:
+        return Failure(found[0], found[1], last_error_line(stderr_tail) or "out of memory")
+    if returncode is None or returncode == 0:
+        return None
+    if returncode < 0:
+        sig = _signal_name(-returncode)
+        if -returncode == signal.SIGKILL:
+            return Failure("oom", "host_memory", f"killed by {sig} (most likely the kernel's out-of-memory killer)")
+        return Failure("error", "crash", f"crashed with {sig}" + _suffix(stderr_tail))
+    if _CUDA_ERROR.search(stderr_tail):
+        return Failure("error", "cuda_error", last_error_line(stderr_tail) or f"exit status {returncode}")
+    return Failure("error", "error", last_error_line(stderr_tail) or f"exit status {returncode}")
+
+
+def first_line(text: str, limit: int = 400) -> str:
+    """The first non-empty line of ``text``, shortened to ``limit`` characters."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def last_error_line(text: str, limit: int = 400) -> str:
+    """The line of a stderr tail that says what failed: the last one that is not traceback furniture."""
+    lines = [ln.rstrip() for ln in text.splitlines()]
+    for ln in reversed(lines):
+        if not _NOISE.match(ln):
+            s = ln.strip()
+            return s if len(s) <= limit else s[: limit - 1] + "…"
+    return ""
+
+
+def _suffix(stderr_tail: str) -> str:
+    line = last_error_line(stderr_tail)
+    return f": {line}" if line else ""
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"

@@ -1,0 +1,189 @@
+"""Sweep building blocks without processes: option parsing, the batch search, failure classification."""
+
+from __future__ import annotations
+
+import math
+import signal
+
+import pytest
+
+from dnnprof.collect.sweep import BatchSearch, Observation, parse_batch_sizes, parse_size, trial_bound
+from dnnprof.collect.sweep.classify import classify_exception, classify_exit, last_error_line
+from dnnprof.collect.sweep.spec import SweepSpecError, parse_choices, parse_profile_points
+
+MiB, GiB = 1 << 20, 1 << 30
+
+
+# --- options ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "sizes"), [
+    ("1,8,32", (1, 8, 32)),
+    ("32, 8,8", (8, 32)),
+    ("1..64", (1, 2, 4, 8, 16, 32, 64)),
+    ("3..20", (3, 6, 12, 20)),
+    ("8..32:8", (8, 16, 24, 32)),
+    ("1..4,100", (1, 2, 4, 100)),
+])
+def test_batch_size_lists_and_ranges(text: str, sizes: tuple[int, ...]) -> None:
+    plan = parse_batch_sizes(text)
+    assert not plan.auto and plan.sizes == sizes
+
+
+def test_auto() -> None:
+    assert parse_batch_sizes(" AUTO ").auto
+
+
+@pytest.mark.parametrize("bad", ["", "0", "-4", "8..2", "1..8:0", "x", "1.5", "auto,8"])
+def test_bad_batch_sizes_say_what_is_allowed(bad: str) -> None:
+    with pytest.raises(SweepSpecError, match="batch-sizes"):
+        parse_batch_sizes(bad)
+
+
+@pytest.mark.parametrize(("text", "n"), [("16GiB", 16 * GiB), ("8G", 8 * GiB), ("8GB", 8 * 10**9),
+                                         ("512MiB", 512 * MiB), ("1.5GiB", int(1.5 * GiB)), ("2097152", 2 * MiB)])
+def test_sizes(text: str, n: int) -> None:
+    assert parse_size(text).bytes == n
+
+
+def test_percent_is_a_share_of_the_device() -> None:
+    lim = parse_size("25%")
+    assert lim.bytes is None and lim.resolve(80 * GiB) == 20 * GiB
+    assert type(lim).from_env(lim.to_env()).fraction == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("bad", ["lots", "16 parsecs", "0%", "150%", "12"])
+def test_bad_sizes(bad: str) -> None:
+    with pytest.raises(SweepSpecError, match="--memory-limit"):
+        parse_size(bad)
+
+
+def test_choices_and_profile_points() -> None:
+    assert parse_choices("bf16,fp32,bf16", ("fp32", "bf16"), "--precisions") == ("bf16", "fp32")
+    with pytest.raises(SweepSpecError, match="unknown value 'fp7'; valid: fp32, bf16"):
+        parse_choices("fp7", ("fp32", "bf16"), "--precisions")
+    assert parse_profile_points("default,max,64") == ("default", "max", "64")
+    assert parse_profile_points("none") == ()
+    with pytest.raises(SweepSpecError, match="--profile-points"):
+        parse_profile_points("biggest")
+
+
+# --- the search -------------------------------------------------------------------------------------------------
+def search(used, cap: int, *, max_batch: int = 65536, fail: str = "oom", start: int = 1) -> BatchSearch:
+    """Drive a search against ``used(batch) -> bytes``; batches whose use exceeds ``cap`` fail with ``fail``."""
+    s = BatchSearch(start=start, max_batch=max_batch)
+    while (b := s.propose()) is not None:
+        u = used(b)
+        fits = u <= cap
+        s.observe(Observation(b, "ok" if fits else fail, u if fits else None, cap, None if fits else "gpu_memory"))
+        assert s.trials < 200
+    return s
+
+
+def largest(used, cap: int) -> int:
+    return max((b for b in range(1, 100_000) if used(b) <= cap), default=0)
+
+
+@pytest.mark.parametrize("per_sample", [1 * MiB, 3 * MiB, 37 * MiB, 50 * MiB, 64 * MiB])
+@pytest.mark.parametrize("cap_gib", [1.2, 16, 65, 80])
+@pytest.mark.parametrize("rounding", [1, 2 * MiB])
+def test_linear_memory_is_pinned_within_the_promised_trials(per_sample: int, cap_gib: float, rounding: int) -> None:
+    base = 700 * MiB
+
+    def used(b: int) -> int:
+        return math.ceil((base + per_sample * b) / rounding) * rounding
+
+    cap = int(cap_gib * GiB)
+    want = largest(used, cap)
+    s = search(used, cap, max_batch=65536)
+    if want > 65536:
+        assert s.lo == 65536 and s.limited_by == "max_batch_size" and s.trials == 17
+        return
+    assert s.lo == want
+    assert s.exact and s.hi == want + 1 and s.limited_by == "gpu_memory"
+    assert s.trials <= trial_bound(want), [o.batch_size for o in s.observations]
+
+
+def test_without_memory_numbers_it_bisects_to_plus_minus_one() -> None:
+    s = BatchSearch()
+    while (b := s.propose()) is not None:
+        s.observe(Observation(b, "ok" if b <= 37 else "timeout", None, None, None if b <= 37 else "timeout"))
+    assert abs(s.lo - 37) <= 1 and s.hi - s.lo <= 2
+    assert s.limited_by == "timeout"
+    assert s.trials <= trial_bound(37) + 2
+
+
+def test_a_lumpy_memory_curve_still_ends_near_the_edge() -> None:
+    def used(b: int) -> int:  # 1% wobble, as allocator rounding and algorithm choices give
+        return int(GiB + 50 * MiB * b * (1 + 0.01 * math.sin(b / 37)))
+
+    cap = 80 * GiB
+    s = search(used, cap)
+    assert abs(s.lo - largest(used, cap)) <= 1
+
+
+def test_batch_one_failing_ends_the_search() -> None:
+    s = search(lambda b: 10 * GiB, GiB)
+    assert s.lo == 0 and s.trials == 1 and s.exact and s.limited_by == "gpu_memory"
+
+
+def test_an_oom_at_a_larger_start_halves() -> None:
+    s = search(lambda b: b * GiB, 5 * GiB, start=16)
+    assert s.lo == 5 and s.exact
+
+
+def test_the_cap_stops_doubling() -> None:
+    s = search(lambda b: b, GiB, max_batch=100)
+    assert s.lo == 100 and s.limited_by == "max_batch_size" and s.exact
+
+
+def test_a_skipped_first_trial_stops_the_series() -> None:
+    s = BatchSearch()
+    s.observe(Observation(s.propose() or 1, "skipped"))
+    assert s.propose() is None and s.limited_by == "skipped"
+
+
+# --- classification ---------------------------------------------------------------------------------------------
+GPU_OOM = """Traceback (most recent call last):
+  File "train.py", line 9, in <module>
+    loss.backward()
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB
+"""
+CPU_OOM = ("RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+           "you tried to allocate 10485760 bytes. Error code 12 (Cannot allocate memory)\n")
+
+
+@pytest.mark.parametrize(("rc", "tail", "status", "by"), [
+    (1, GPU_OOM, "oom", "gpu_memory"),
+    (1, CPU_OOM, "oom", "host_memory"),
+    (1, "MemoryError\n", "oom", "host_memory"),
+    (-6, "terminate called after throwing an instance of 'std::bad_alloc'\n", "oom", "host_memory"),
+    (1, "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED\n", "oom", "gpu_memory"),
+    (-signal.SIGKILL, "", "oom", "host_memory"),
+    (-signal.SIGSEGV, "", "error", "crash"),
+    (1, "RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be ...\n",
+     "error", "cuda_error"),
+    (2, "ValueError: bad knob\n", "error", "error"),
+])
+def test_exit_classification(rc: int, tail: str, status: str, by: str) -> None:
+    f = classify_exit(rc, tail, timed_out=False, timeout_s=10)
+    assert f is not None and (f.status, f.limited_by) == (status, by)
+    assert f.message
+
+
+def test_clean_exit_and_timeout() -> None:
+    assert classify_exit(0, "all good\n", timed_out=False, timeout_s=5) is None
+    f = classify_exit(-15, "", timed_out=True, timeout_s=5)
+    assert f is not None and f.status == "timeout" and "5 s" in f.message
+
+
+def test_exception_classification() -> None:
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    assert classify_exception(OutOfMemoryError("CUDA out of memory")).limited_by == "gpu_memory"
+    assert classify_exception(MemoryError()).message == "MemoryError (no message)"
+    assert classify_exception(RuntimeError(CPU_OOM)).status == "oom"
+    assert classify_exception(KeyError("x")).status == "error"
+
+
+def test_the_message_is_the_error_line_not_the_traceback() -> None:
+    assert last_error_line(GPU_OOM).startswith("torch.OutOfMemoryError: CUDA out of memory")
