@@ -1,0 +1,77 @@
+"""``dnnprof report SWEEP_DIR``: the four answers of a sweep as report.md, report.html and report.json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from dnnprof.cli.errors import UserError
+
+SWEEP_FILE = "sweep.json"
+
+
+def load_sweep(sweep_dir: Path) -> dict:
+    """The ``dnnprof.sweep/1`` document of a sweep directory (UserError when there is none)."""
+    path = sweep_dir / SWEEP_FILE if sweep_dir.is_dir() else sweep_dir
+    if not path.exists():
+        raise UserError(f"{sweep_dir}: no {SWEEP_FILE} here (dnnprof report reads a directory written by "
+                        "dnnprof sweep)")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != "dnnprof.sweep/1":
+        raise UserError(f"{path}: not a dnnprof.sweep/1 document")
+    return doc
+
+
+def write_reports(sweep_dir: Path, out: Path | None = None) -> list[Path]:
+    """Write report.md (+ plots/*.svg), report.html and report.json; return their paths."""
+    from dnnprof.analysis.sweep_report import sweep_report
+    from dnnprof.render.json_out import write_json
+    from dnnprof.render.sweep_html import render_html
+    from dnnprof.render.sweep_md import render_markdown
+    from dnnprof.render.sweep_svg import sweep_plots
+
+    doc = load_sweep(sweep_dir)
+    folder = out or (sweep_dir if sweep_dir.is_dir() else sweep_dir.parent)
+    folder.mkdir(parents=True, exist_ok=True)
+    report = sweep_report(doc)
+    plots = sweep_plots(report)
+    (folder / "plots").mkdir(exist_ok=True)
+    files = {}
+    for name, (_title, svg) in plots.items():
+        (folder / "plots" / f"{name}.svg").write_text(svg)
+        files[name] = f"plots/{name}.svg"
+    md, html, js = folder / "report.md", folder / "report.html", folder / "report.json"
+    md.write_text(render_markdown(report, files))
+    html.write_text(render_html(report, plots))
+    write_json(report, js)
+    return [md, html, js]
+
+
+def report(
+    sweep_dir: Path = typer.Argument(..., help="A directory written by dnnprof sweep.", show_default=False),
+    out: Path | None = typer.Option(None, "--out", help="Folder for the reports (default: the sweep directory)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the answers."),
+) -> None:
+    """Answer the four questions of a sweep: bottlenecks, batch size, precision, training vs inference."""
+    paths = write_reports(sweep_dir, out)
+    if not quiet:
+        from dnnprof.analysis.sweep_report import sweep_report
+
+        ans = sweep_report(load_sweep(sweep_dir))["answers"]
+        for title, key in (("Bottlenecks", "bottlenecks"), ("Batch size", "batch_size"), ("Precision", "precision"),
+                           ("Training vs inference", "modes")):
+            print(f"{title}:")
+            for s in ans[key]:
+                print(f"  - {s}")
+    for p in paths:
+        print(f"dnnprof report: wrote {p}", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)
