@@ -42,3 +42,21 @@ def test_short_names() -> None:
     assert short_name(CASES[12][0]) == "vectorized_layer_norm_kernel"
     assert short_name("nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_TNT") == "nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_TNT"
     assert len(short_name("x" * 500)) <= 90
+
+
+def test_half_kernels_named_by_cublas_are_not_fp32() -> None:
+    name = "void gemv2T_kernel_val<int, int, __half, __half, float, 128, 16, 4, 4, false, false, cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<__half const>, cublasGemmSmallNParams, float> >(cublasGemvParamsEx, float, float)"
+    assert precision(name) == "fp16"
+    assert precision("void gemmSN_NN_kernel<__nv_bfloat16, 256, 4, 2, 8, 4, 4, false, cublasGemvTensorStridedBatched<__nv_bfloat16 const> >(cublasGemmSmallNParams)") == "bf16"
+    assert precision("volta_d884gemm_64x32_nn") == "fp64"
+
+
+def test_fused_optimizer_with_double_scalars_is_fp32() -> None:
+    # Real H100 kernel (fused AdamW): lr/betas/eps are double *scalars*; the math is fp32.
+    name = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+            "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
+            "(at::native::ADAM_MODE)1, false>, float const*, double, double, double, double, double, bool, float const*, "
+            "float const*>(at::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::"
+            "(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, float const*, "
+            "double, double, double, double, double, bool, float const*, float const*)")
+    assert precision(name) == "fp32"

@@ -18,7 +18,7 @@ from dnnprof.analysis.summary import summarize
 from dnnprof.ingest.kineto import read_kineto
 
 RULES_DATA = Path(__file__).parent / "data" / "rules"
-TRACES = sorted(RULES_DATA.glob("*.json.gz")) if RULES_DATA.is_dir() else []
+TRACES = sorted(RULES_DATA.glob("**/*.json.gz")) if RULES_DATA.is_dir() else []
 
 
 def _meta(trace: Path) -> dict[str, Any]:
@@ -27,7 +27,7 @@ def _meta(trace: Path) -> dict[str, Any]:
 
 
 @pytest.mark.skipif(not TRACES, reason="planted-problem traces not recorded yet (benchmarks/gpu/planted_problems.py)")
-@pytest.mark.parametrize("trace", TRACES, ids=[t.name.removesuffix(".json.gz") for t in TRACES])
+@pytest.mark.parametrize("trace", TRACES, ids=[f"{t.parent.name}/{t.name.removesuffix('.json.gz')}" for t in TRACES])
 def test_planted_problem_fires_and_nothing_cries_wolf(trace: Path) -> None:
     meta = _meta(trace)
     assert meta.get("expect") is not None, f"{trace.name}: no .meta.json with expect/forbid next to it"

@@ -202,8 +202,7 @@ def test_cudnn_benchmark_off_needs_convolutions(gpt2: Any) -> None:
 
 @pytest.mark.parametrize("drop", [
     "deviceProperties", "cpu_op", "everything_but_kernels",
-    pytest.param("cuda_runtime", marks=pytest.mark.xfail(
-        raises=IndexError, strict=True, reason="ingest: model.steps.assign_steps indexes an empty runtime table")),
+    "cuda_runtime",
 ])
 def test_rules_survive_foreign_traces_missing_parts(variant: Any, drop: str) -> None:
     def edit(doc: dict[str, Any]) -> None:

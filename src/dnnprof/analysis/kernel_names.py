@@ -44,20 +44,20 @@ _FAMILY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )
 
-_TC_NO = re.compile(r"_ffma_|ffma|simt|f32f32_f32f32|f64f64|gemv|sgemm(?!.*tensorop)|dgemm(?!.*dmma)|"
-                    r"implicit_convolve_sgemm", re.IGNORECASE)
+_TC_NO = re.compile(r"_ffma_|ffma|simt|f32f32_f32f32|f64f64|gemv|(?<![A-Za-z])sgemm(?!.*tensorop)|"
+                    r"(?<![A-Za-z])dgemm(?!.*dmma)|implicit_convolve_sgemm", re.IGNORECASE)
 _TC_YES = re.compile(r"wgmma|gmma|hmma|imma|dmma|tensorop|tensor_op|16816|1688|h884|s884|i884|i8816|"
                      r"xmma_.*(?:tf32|bf16|f16|e4m3|e5m2|i8|int8|fp8)|nvjet|flash|fmha|mma_|_mma\b|"
                      r"sdpa.*(?:f16|bf16)", re.IGNORECASE)
 
 _PRECISION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("fp64", re.compile(r"\bdouble\b|dgemm|f64|dmma|zgemm", re.IGNORECASE)),
+    ("fp64", re.compile(r"\bdouble\b|dgemm|f64|dmma|zgemm|d884gemm", re.IGNORECASE)),
     ("fp8", re.compile(r"e4m3|e5m2|fp8|float8", re.IGNORECASE)),
     ("tf32", re.compile(r"tf32|tensorop_s1688gemm(?!_bf16|_f16)|_s1688gemm_\d", re.IGNORECASE)),
-    ("bf16", re.compile(r"bf16|bfloat16|BFloat16", re.IGNORECASE)),
-    ("fp16", re.compile(r"f16|\bhalf\b|c10::Half|hgemm|h884|h1688|h16816|fp16", re.IGNORECASE)),
+    ("bf16", re.compile(r"bf16|bfloat16|BFloat16|__nv_bfloat16", re.IGNORECASE)),
+    ("fp16", re.compile(r"f16|\bhalf\b|__half|c10::Half|hgemm|h884|h1688|h16816|fp16", re.IGNORECASE)),
     ("int8", re.compile(r"int8|i8816|imma|s8s8", re.IGNORECASE)),
-    ("fp32", re.compile(r"\bfloat\b|sgemm|f32|ffma|simt", re.IGNORECASE)),
+    ("fp32", re.compile(r"\bfloat\b|(?<![A-Za-z])sgemm|f32|ffma|simt", re.IGNORECASE)),
 )
 
 # Words that carry no meaning in a short name (namespaces, wrappers, plain types).
@@ -130,9 +130,27 @@ def uses_tensor_cores(full: str) -> bool:
     return bool(_TC_YES.search(full))
 
 
+#: C++ element types in template arguments, and the precision each stands for.
+_CPP_TYPES = re.compile(r"\b(?:c10::|at::)?(double|float|Half|BFloat16|__half|__nv_bfloat16|Float8_e4m3fn|"
+                        r"Float8_e5m2|__nv_fp8_e4m3|__nv_fp8_e5m2)\b")
+_CPP_PRECISION = {"double": "fp64", "float": "fp32", "Half": "fp16", "__half": "fp16", "BFloat16": "bf16",
+                  "__nv_bfloat16": "bf16", "Float8_e4m3fn": "fp8", "Float8_e5m2": "fp8", "__nv_fp8_e4m3": "fp8",
+                  "__nv_fp8_e5m2": "fp8"}
+
+
 @lru_cache(maxsize=65536)
 def precision(full: str) -> str:
-    """Operand precision the name shows (fp64, fp8, tf32, bf16, fp16, int8, fp32) or "" when it does not say."""
+    """Operand precision the name shows (fp64, fp8, tf32, bf16, fp16, int8, fp32) or "" when it does not say.
+
+    For templated C++ kernels the first element type in the template arguments is the compute type (fused
+    optimizers also take ``double`` scalars such as the learning rate, which must not make them fp64); library
+    kernels spell their types in the name (``f32f32_tf32f32``, ``bf16_s1688gemm``) and are matched by priority.
+    """
+    _, targs = _split_name(full)
+    if targs and not targs.startswith(("cutlass", "cute")):
+        m = _CPP_TYPES.search(targs)
+        if m:
+            return _CPP_PRECISION[m.group(1)]
     for label, rx in _PRECISION_PATTERNS:
         if rx.search(full):
             return label

@@ -19,7 +19,7 @@ def analyze(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json or --save)."),
 ) -> None:
     """Kernels, layers, phases, GPU busy/idle and findings of an existing trace."""
-    from dnnprof.analysis.summary import summarize
+    from dnnprof.analysis.summary import analyse, summary_of
     from dnnprof.ingest.detect import kind_of, open_profile
     from dnnprof.ingest.errors import TraceError
 
@@ -33,8 +33,11 @@ def analyze(
         raise UserError(str(e)) from None
     if rank not in profile.ranks:
         raise UserError(f"{trace}: no rank {rank} (ranks in the trace: {profile.ranks})")
-    doc = summarize(profile, rank=rank)
-    _add_findings(profile, doc, rank)
+    analysis = analyse(profile, rank=rank)
+    doc = summary_of(analysis)
+    from dnnprof.analysis.rules import findings_from_analysis
+
+    doc["findings"] = findings_from_analysis(analysis, doc)
     if save is not None:
         profile.save(save)
     if json_out is not None:
@@ -45,15 +48,6 @@ def analyze(
         from dnnprof.render.terminal import render
 
         render(doc, top=top)
-
-
-def _add_findings(profile: object, doc: dict, rank: int) -> None:
-    """Fill ``findings`` from the expert system when it is installed in this build."""
-    try:
-        from dnnprof.analysis.rules import findings_for
-    except ImportError:
-        return
-    doc["findings"] = findings_for(profile, doc, rank=rank)
 
 
 def _analyze_ncu(path: Path, json_out: Path | None, top: int, quiet: bool) -> None:

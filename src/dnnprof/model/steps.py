@@ -61,7 +61,10 @@ def assign_steps(
         if sel.size == 0:
             continue
         launch = t["launch_row"][sel]
-        by_launch = np.where(launch >= 0, runtime_step[np.clip(launch, 0, None)], -1)
+        if runtime_step.size == 0:  # a trace without runtime calls (GPU activity only)
+            launch = np.full(sel.size, -1, dtype=launch.dtype)
+        by_launch = np.where(launch >= 0, runtime_step[np.clip(launch, 0, max(runtime_step.size - 1, 0))]
+                             if runtime_step.size else -1, -1)
         by_time = _in_windows(t["start_ns"][sel], starts, ends, nums)
         step = np.where(launch >= 0, by_launch, by_time).astype(np.int32)
         t["step"][sel] = step

@@ -136,11 +136,24 @@ def _findings(doc: dict[str, Any]) -> Table:
         ev = f.get("evidence") or {}
         if isinstance(ev, dict) and ev.get("summary"):
             body.append(f"\n{ev['summary']}")
+        top = ev.get("top") if isinstance(ev, dict) else None
+        if top and isinstance(top[0], dict):
+            body.append("\nworst: " + _offender(top[0]), style="dim")
         body.append(f"\n→ {f['recommendation']}", style="green")
+        if f.get("how_estimated"):
+            body.append(f"\ngain estimate: {f['how_estimated']}", style="dim")
         gain = f.get("est_gain_pct")
         t.add_row(Text(f["severity"], style=_SEVERITY_STYLE.get(f["severity"], "")),
                   "-" if gain is None else f"≤{gain:.0f}%", body)
     return t
+
+
+def _offender(o: dict[str, Any]) -> str:
+    """One line naming the worst offender of a finding: what, where, how much."""
+    what = o.get("kernel") or o.get("op") or o.get("name") or ""
+    where = [x for x in (o.get("layer"), o.get("source")) if x]
+    cost = f"{o['pct_of_step']:.1f}% of the step" if isinstance(o.get("pct_of_step"), (int, float)) else ""
+    return ", ".join(x for x in (what, " at ".join(where), cost) if x)
 
 
 def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -> None:

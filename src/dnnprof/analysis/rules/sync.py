@@ -15,8 +15,12 @@ from dnnprof.analysis.rules.base import Finding, ms_text, pct, rule, us
 from dnnprof.analysis.rules.context import Context
 from dnnprof.model.schema import MEMCPY_KINDS, MEMORY_KINDS
 
-#: ``host-sync`` fires when blocking calls inside the steps cost at least this share of step time.
+#: ``host-sync`` fires when blocking calls inside the steps cost at least this share of step time …
 HOST_SYNC_MIN_PCT = 1.0
+#: … and they recur: blocking calls in at least this share of the steps (a single torch.cuda.synchronize() at the
+#: end of a profiled loop is not a habit to fix) — unless they cost ``HOST_SYNC_ALWAYS_PCT`` or more.
+HOST_SYNC_MIN_STEP_SHARE = 0.5
+HOST_SYNC_ALWAYS_PCT = 5.0
 #: ``pageable-memcpy`` fires when pageable copies (their GPU time plus the idle they cause) reach this share.
 PAGEABLE_MIN_PCT = 1.0
 #: Pinned copies run this many times faster than pageable ones (PCIe staging through a bounce buffer halves the
@@ -86,7 +90,8 @@ def host_sync(ctx: Context) -> Finding | None:
     Algorithm: gaps of the GPU-side step windows are blamed on the blocking call in flight when the GPU ran dry
     (direct), and the host-launch gaps after it up to the call's wait (refill; the lead it destroyed); calls
     inside pageable host→device copies are left to ``pageable-memcpy``. Fires when the blamed idle is at least
-    ``HOST_SYNC_MIN_PCT`` of step time.
+    ``HOST_SYNC_MIN_PCT`` of step time and the calls recur in ``HOST_SYNC_MIN_STEP_SHARE`` of the steps (or cost
+    ``HOST_SYNC_ALWAYS_PCT``).
     Fix: keep values on the GPU (accumulate the loss as a tensor, log every N steps), replace ``.item()`` checks
     with tensor ops, copy results with ``.to("cpu", non_blocking=True)`` into pinned memory and read them after
     the next step's launches, avoid ops with data-dependent output shapes inside the step.
@@ -99,6 +104,10 @@ def host_sync(ctx: Context) -> Finding | None:
     calls = [c for c in tl.calls if c.owner == "host-sync"]
     direct = sum(c.charged_direct_ns for c in calls)
     share = pct(charged, ctx.window_ns)
+    runtime_step = ctx.profile.tables["runtime"]["step"]
+    steps_with_calls = len({int(runtime_step[c.runtime_row]) for c in calls})
+    if share < HOST_SYNC_ALWAYS_PCT and steps_with_calls < HOST_SYNC_MIN_STEP_SHARE * max(ctx.n_windows, 1):
+        return None
     top = sites[:TOP_N]
     hints = list(dict.fromkeys(h for row in top for h in (
         _OP_HINTS.get(row["op"] or ""), _OP_HINTS.get(row["in_op"] or ""), _OP_HINTS.get(row["apis"][0])) if h))
