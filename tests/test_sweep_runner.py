@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -112,19 +113,29 @@ def sweep_cli(out: Path, *extra: str, env: dict[str, str]) -> subprocess.Popen[s
     cmd = [sys.executable, "-m", "dnnprof", "sweep", "--device", "cpu", "--batch-sizes", "1..16", "--timeout", "60",
            "--profile-points", "none", "--no-report", "--out", str(out), *extra, "--", sys.executable, str(FAKE),
            "{batch_size}"]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # An earlier test in this process may have left SIGINT ignored, and children inherit that: restore it.
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_ctrl_c_keeps_finished_points_and_a_rerun_resumes(env: Path) -> None:
     out = env / "sw"
     base = {k: v for k, v in os.environ.items() if k not in ("FAIL_AT", "HANG_AT", "MARK")}
     proc = sweep_cli(out, env={**base, "HANG_AT": "8", "MARK": str(env / "hang.pid")})
-    deadline = time.monotonic() + 60
-    while not (env / "hang.pid").exists() or not (env / "hang.pid").read_text():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    try:
+        deadline = time.monotonic() + 60
+        while not (env / "hang.pid").exists() or not (env / "hang.pid").read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    except BaseException:  # never leave the sweep or its hanging trial behind when this test fails
+        if proc.poll() is None:
+            proc.kill()
+        if (env / "hang.pid").exists() and (env / "hang.pid").read_text():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int((env / "hang.pid").read_text()), signal.SIGKILL)
+        raise
     assert proc.returncode == 130, err
     assert "interrupted" in err and "resume" in err
     assert not alive(int((env / "hang.pid").read_text())), "the running trial must die with the sweep"

@@ -194,7 +194,7 @@ def _memory_from(p: dict[str, Any], doc: dict[str, Any]) -> None:
             p[key] = doc[key]
     if p["peak_reserved_bytes"] is not None:
         p["peak_memory_bytes"] = p["peak_reserved_bytes"]
-        p["limit_resource_bytes"] = p["peak_reserved_bytes"]
+        p["limit_resource_bytes"] = p["peak_allocated_bytes"]  # see probe._memory
     elif p["peak_rss_bytes"] is not None:
         p["peak_memory_bytes"] = p["peak_rss_bytes"]
     if doc.get("device"):

@@ -92,11 +92,11 @@ def classify_exit(returncode: int | None, stderr_tail: str, *, timed_out: bool, 
     """
     if timed_out:
         return Failure("timeout", "timeout", f"no result after {timeout_s:g} s; the trial was killed")
+    if returncode is None or returncode == 0:
+        return None  # a clean exit fits, whatever it printed (a script may catch an OOM and carry on)
     found = classify_text(stderr_tail)
     if found:
         return Failure(found[0], found[1], last_error_line(stderr_tail) or "out of memory")
-    if returncode is None or returncode == 0:
-        return None
     if returncode < 0:
         sig = _signal_name(-returncode)
         if -returncode == signal.SIGKILL:

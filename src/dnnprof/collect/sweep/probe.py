@@ -105,7 +105,9 @@ def _memory(torch: Any, device: str, limit_bytes: int | None) -> dict[str, Any]:
         capacity = int(free) + int(torch.cuda.memory_reserved())
         out["memory_capacity_bytes"] = min(capacity, limit_bytes) if limit_bytes else capacity
         out["peak_memory_bytes"] = out["peak_reserved_bytes"]
-        out["limit_resource_bytes"] = out["peak_reserved_bytes"]
+        # The edge is where allocated memory meets the capacity: on a failed cudaMalloc the caching allocator
+        # frees its cache and retries, so what it had reserved beyond the allocated peak does not count.
+        out["limit_resource_bytes"] = out["peak_allocated_bytes"]
     else:
         out["peak_memory_bytes"] = out.get("peak_rss_bytes")
         out["limit_resource_bytes"] = out.get("peak_address_space_bytes")
@@ -163,7 +165,10 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
             wl.close()
         del wl
         gc.collect()
-    res.update(_memory(torch, args.device, limit_bytes))
+    try:
+        res.update(_memory(torch, args.device, limit_bytes))
+    except RuntimeError as e:  # a sticky CUDA error (illegal address, device lost) poisons every later CUDA call
+        res["memory_error"] = str(e)[:400]
     return res
 
 

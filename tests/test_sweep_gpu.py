@@ -1,0 +1,37 @@
+"""GPU sweep checks for the lead's H100 run (``pytest -m gpu tests/test_sweep_gpu.py``; skipped without a GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dnnprof.collect.sweep import (
+    SweepSpec,
+    parse_batch_sizes,
+    parse_size,
+    run_sweep,
+    trial_bound,
+    workload_target,
+)
+
+pytestmark = pytest.mark.gpu
+
+
+def test_gpu_memory_limit_search_and_profile(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    spec = SweepSpec(target=workload_target("deepspeech2-tiny"), out=tmp_path / "sw", device="cuda",
+                     batches=parse_batch_sizes("auto"), precisions=("fp32", "bf16"), modes=("train",),
+                     memory_limit=parse_size("512MiB"), steps=3, warmup_steps=2, profile_points=("default",))
+    doc = run_sweep(spec)
+    for m in doc["max_batch_size"]:
+        assert m["limited_by"] == "gpu_memory" and m["bracket"][1] - m["batch_size"] <= 2, m
+        assert m["trials"] <= trial_bound(m["batch_size"]) + 2, m
+    pts = [p for p in doc["points"] if p["status"] == "ok"]
+    assert all(p["peak_reserved_bytes"] <= 512 * 2**20 for p in pts)
+    assert all(p["gpu_busy_pct"] is not None for p in pts), "NVML GPU-Util (probes) or trace busy % (profiles)"
+    prof = [p for p in pts if p["kind"] == "profile"]
+    assert prof and all(p["top_kernels"] and p["phases_pct"] for p in prof)
+    assert doc["device"]["kind"] == "cuda" and doc["device"]["name"]
