@@ -57,6 +57,7 @@ def test_plain_script_steps_found_output_argv_and_exit_code_intact(tmp_path: Pat
     assert t["items_per_step"] == 8 and t["unit"] == "samples/s" and t["items_per_s"] > 0
     assert summary["overhead"]["baseline"]["count"] >= 1 and summary["overhead"]["dilation"] > 0
     assert {"samples", "memory", "host_hotspots"} <= set(summary)
+    assert summary["meta"]["cudnn_benchmark"] is False and isinstance(summary["findings"], list)
     jsonschema = pytest.importorskip("jsonschema")
     from dnnprof import render as render_pkg
 

@@ -185,3 +185,45 @@ def test_whole_run_fallback_gets_one_step(tmp_path: Path) -> None:
     assert st["source"].tolist() == [4]  # whole_trace
     assert (profile.tables["kernels"]["step"] == 0).all()
     assert np.isin(profile.tables["ops"]["step"], [0]).all()
+
+
+def test_finish_run_findings_see_the_run_extras_and_settings(tmp_path: Path) -> None:
+    from dnnprof.cli.run import findings_of, summarizer
+    from dnnprof.collect.config import CollectorConfig
+    from dnnprof.collect.finish import finish_run
+    from dnnprof.collect.rundir import RunDir
+
+    rd = RunDir.create("gpt2", out=tmp_path / "run")
+    col = make_run(rd.staging)
+    col["memory"]["device_total_bytes"] = 21  # the timed step's reserved peak (20) is 95% of the device
+    col["settings"] = {"cudnn_benchmark": False, "float32_matmul_precision": "highest"}
+    (rd.staging / "collector.json").write_text(json.dumps(col))
+    seen: list[dict[str, Any]] = []
+
+    def findings(profile: Any, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        seen.append(dict(doc))
+        return findings_of(profile, doc)
+
+    result = finish_run(rd, {"name": "gpt2", "command": ["python", "train.py"], "exit_code": 0}, CollectorConfig(),
+                        summarize=summarizer, echo=lambda m: None, findings=findings)
+    assert result.complete and len(seen) == 1
+    assert {"memory", "samples", "host_hotspots", "throughput", "meta"} <= set(seen[0])  # extras came first
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert summary["meta"]["cudnn_benchmark"] is False
+    assert "memory-near-limit" in [f["id"] for f in summary["findings"]]
+    from dnnprof.model.profile import Profile
+
+    assert Profile.load(result.run_dir / "profile").meta["run"]["cudnn_benchmark"] is False
+
+
+def test_finish_run_without_findings_keeps_an_empty_list(tmp_path: Path) -> None:
+    from dnnprof.cli.run import summarizer
+    from dnnprof.collect.config import CollectorConfig
+    from dnnprof.collect.finish import finish_run
+    from dnnprof.collect.rundir import RunDir
+
+    rd = RunDir.create("gpt2", out=tmp_path / "run")
+    make_run(rd.staging)
+    result = finish_run(rd, {"name": "gpt2", "command": ["x"], "exit_code": 0}, CollectorConfig(),
+                        summarize=summarizer, echo=lambda m: None)
+    assert result.summary is not None and result.summary["findings"] == [] and result.summary["meta"] == {}

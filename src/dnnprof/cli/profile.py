@@ -45,7 +45,7 @@ def profile(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and notes."),
 ) -> None:
     """Profile a built-in workload: model, real DataLoader, train or inference steps, in a child process."""
-    from dnnprof.cli.run import capture_config, counters_joiner, exit_with, report, summarizer
+    from dnnprof.cli.run import capture_config, counters_joiner, exit_with, findings_of, report, summarizer
     from dnnprof.collect.finish import ChildRefused
     from dnnprof.collect.rundir import RunDirError
     from dnnprof.collect.session import profile_workload
@@ -56,7 +56,7 @@ def profile(
     cfg = capture_config(warmup_steps=warmup_steps, steps=steps, full=full, counters=counters, step_marker=None,
                          stop_after_profile=False, nvml=not no_nvml, nvml_period_ms=nvml_period_ms)
     try:
-        result = profile_workload(workload, knobs, cfg, out=out, summarize=summarizer,
+        result = profile_workload(workload, knobs, cfg, out=out, summarize=summarizer, findings=findings_of,
                                   counters_join=counters_joiner if counters else None)
     except (WorkloadError, ChildRefused, RunDirError, ValueError) as e:
         raise UserError(str(e)) from None

@@ -16,16 +16,19 @@ _CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_int
 
 
 def summarizer(profile: Any) -> dict[str, Any]:
-    """``summarize()`` plus the expert-system findings when this build has them (the run's summary.json)."""
+    """``summarize()`` of the run's profile (the base of its summary.json)."""
     from dnnprof.analysis.summary import summarize
 
-    doc = summarize(profile)
+    return summarize(profile)
+
+
+def findings_of(profile: Any, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The expert-system findings of a run, from its complete summary.json (empty when this build has no rules)."""
     try:
         from dnnprof.analysis.rules import findings_for
     except ImportError:
-        return doc
-    doc["findings"] = findings_for(profile, doc, rank=0)
-    return doc
+        return []
+    return findings_for(profile, doc, rank=0)
 
 
 def counters_joiner(profile: Any, table: Any) -> Any:
@@ -116,7 +119,7 @@ def run(
                          step_marker=step_marker, stop_after_profile=stop_after_profile, nvml=not no_nvml,
                          nvml_period_ms=nvml_period_ms)
     try:
-        result = run_command(command, cfg, name=name, out=out, summarize=summarizer,
+        result = run_command(command, cfg, name=name, out=out, summarize=summarizer, findings=findings_of,
                              counters_join=counters_joiner if counters else None)
     except (RunDirError, FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None

@@ -54,6 +54,7 @@ class Controller:
         self.mem: StepMemory | None = None
         self.mem_steps: dict[str, list[int]] = {"step": [], "peak_allocated_bytes": [], "peak_reserved_bytes": []}
         self.static: dict[str, int] | None = None
+        self.settings: dict[str, Any] | None = None
         self.device: int | None = None
         self.notes: list[str] = []
         self.status = "running"
@@ -243,6 +244,7 @@ class Controller:
             self.stacks.start()
 
     def _stop_main(self, k: int) -> None:
+        self.settings = self._settings()  # as they were during the timed steps
         if self.stacks is not None:
             self.stacks.stop()
         if self.main is not None:
@@ -370,9 +372,27 @@ class Controller:
             "host_hotspots": self.stacks.report() if self.stacks is not None else None,
             "workload": self.workload,
             "environment": self._environment(),
+            "settings": self.settings or self._settings(),
             "script": {"argv": list(sys.argv), "exception": self.exception},
             "notes": self.notes,
         }
+
+    def _settings(self) -> dict[str, Any]:
+        """Backend settings the rules judge (``cudnn_benchmark`` …), read without warnings in the script's output."""
+        import warnings
+
+        torch = self.torch
+        out: dict[str, Any] = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cudnn = getattr(torch.backends, "cudnn", None)
+            if cudnn is not None:
+                out["cudnn_benchmark"] = bool(cudnn.benchmark)
+                out["cudnn_deterministic"] = bool(cudnn.deterministic)
+            precision = getattr(torch, "get_float32_matmul_precision", None)
+            if precision is not None:
+                out["float32_matmul_precision"] = str(precision())
+        return out
 
     def _device_total(self) -> int | None:
         if self.device is None:

@@ -59,8 +59,13 @@ def _messages(status: str, col: dict[str, Any] | None, run_meta: dict[str, Any],
 
 def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
                summarize: Callable[[Any], dict[str, Any]] | None, echo: Callable[[str], None],
-               counters_join: Callable[[Any, Any], Any] | None = None) -> RunResult:
+               counters_join: Callable[[Any, Any], Any] | None = None,
+               findings: Callable[[Any, dict[str, Any]], list[dict[str, Any]]] | None = None) -> RunResult:
     """Build and write everything the run directory holds, rename it into place, and describe the result.
+
+    ``summary.json`` is ``summarize(profile)`` plus the run's extras (throughput, samples, memory, overhead, host
+    hotspots, ``meta`` with the run's settings such as ``cudnn_benchmark``); ``findings(profile, summary)`` runs
+    last, on that complete document, since several rules read the extras.
 
     Raises:
         ChildRefused: the workload refused to start (bad knob for this machine); nothing is kept.
@@ -120,8 +125,10 @@ def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
         "messages": messages,
     }
     summary = None
+    settings = dict((col or {}).get("settings") or {})
     if profile is not None:
-        profile.meta.update({"run": {k: run_meta.get(k) for k in ("name", "command", "workload", "exit_code")},
+        run_info = {k: run_meta.get(k) for k in ("name", "command", "workload", "exit_code")}
+        profile.meta.update({"run": {**run_info, **settings},  # rules read run settings from here too
                              "capture": capture, "complete": complete,
                              "source": {"path": str(rd.target(complete)), "format": "dnnprof-run"}})
         if config.counters and complete:
@@ -145,8 +152,15 @@ def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
                 meta["summary_error"] = f"{type(e).__name__}: {e}"
                 messages.append(f"summary failed ({type(e).__name__}: {e}); the profile itself is fine")
         summary.update(metrics.run_extras(col or {}, samples))
+        summary["meta"] = settings
         summary["run"] = {"complete": complete, "status": status, "mode": config.mode,
                           "step_source": capture["step_source"], "dilation": overhead.get("dilation")}
+        if findings is not None and summary and "summary_error" not in meta:
+            try:
+                summary["findings"] = findings(profile, summary)
+            except Exception as e:  # noqa: BLE001 - a rule that trips must not lose the run; say so
+                meta["findings_error"] = f"{type(e).__name__}: {e}"
+                messages.append(f"findings failed ({type(e).__name__}: {e}); the summary itself is fine")
         write_json_atomic(staging / "summary.json", summary)
     meta["files"] = sorted(p.name if p.is_file() else p.name + "/" for p in staging.iterdir())
     write_json_atomic(staging / "meta.json", meta)

@@ -40,6 +40,8 @@ BOOT_DIR = Path(__file__).resolve().parent / "_boot"
 #: A one-line error the profiled process leaves when it refuses to run (``workload_main``).
 CHILD_ERROR_FILE = "workload_error.txt"
 Summarizer = Callable[[Any], dict[str, Any]]
+#: ``(Profile, summary document) -> findings``: runs on the complete summary.json (run extras included).
+Findings = Callable[[Any, dict[str, Any]], list[dict[str, Any]]]
 #: How long dnnprof waits after a Ctrl-C for the child to start flushing before forwarding the signal.
 FORWARD_AFTER_S = 0.5
 
@@ -159,6 +161,7 @@ def run_command(
     workload: dict[str, Any] | None = None,
     echo: Callable[[str], None] | None = None,
     counters_join: Callable[[Any, Any], Any] | None = None,
+    findings: Findings | None = None,
 ) -> RunResult:
     """Profile ``command`` (e.g. ``["python", "train.py", "--lr", "3e-4"]``) and write its run directory.
 
@@ -174,6 +177,8 @@ def run_command(
         echo: where dnnprof's own one-line messages go (default: stderr with a ``dnnprof:`` prefix).
         counters_join: ``(Profile, NcuTable) -> join`` (``dnnprof.analysis.counters_join.join_counters``): with
             ``config.counters``, the command runs a second time under Nsight Compute and this fills the counters.
+        findings: ``(Profile, summary) -> list`` (``dnnprof.analysis.rules.findings_for``): the summary's
+            ``findings``, computed once the run's extras (memory, samples, host hotspots, settings) are in it.
 
     Raises:
         RunDirError: the run directory cannot be created.
@@ -207,7 +212,8 @@ def run_command(
         "child_error": (rd.staging / CHILD_ERROR_FILE).read_text().strip()
         if (rd.staging / CHILD_ERROR_FILE).exists() else None,
     }
-    return finish_run(rd, run_meta, config, summarize=summarize, echo=say, counters_join=counters_join)
+    return finish_run(rd, run_meta, config, summarize=summarize, echo=say, counters_join=counters_join,
+                      findings=findings)
 
 
 def profile_workload(
@@ -221,6 +227,7 @@ def profile_workload(
     echo: Callable[[str], None] | None = None,
     python: str | None = None,
     counters_join: Callable[[Any, Any], Any] | None = None,
+    findings: Findings | None = None,
 ) -> RunResult:
     """Profile a built-in workload in a child process (``dnnprof.collect.workload_main``).
 
@@ -244,4 +251,4 @@ def profile_workload(
     command = [python or sys.executable, "-m", "dnnprof.collect.workload_main", "--workload", workload,
                "--knobs", json.dumps(resolved.as_dict())]
     return run_command(command, config, name=workload, out=out, root=root, summarize=summarize, workload=info,
-                       echo=echo, counters_join=counters_join)
+                       echo=echo, counters_join=counters_join, findings=findings)
