@@ -8,7 +8,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 
 from conftest import DEEPSPEECH
@@ -93,6 +92,8 @@ def report() -> dict[str, Any]:
 
 
 def test_the_fixture_is_a_valid_sweep_document() -> None:
+    import jsonschema
+
     jsonschema.validate(make_sweep(), json.loads(SCHEMA.read_text()))
 
 
@@ -190,3 +191,16 @@ def test_report_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], conte
         (tmp_path / "sweep.json").write_text(content)
     assert main(["report", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_sweep_where_nothing_ran_still_reports_why() -> None:
+    doc = make_sweep()
+    reason = "precision 'bf16' needs an Ampere or newer GPU (compute capability 8.0); Tesla P100 is 6.0"
+    doc["points"] = [{**base_point(Plan("probe", 1, "bf16", "train")), "status": "skipped", "limited_by": "unsupported",
+                      "message": reason}]
+    doc["config"] = {"batch_sizes": "auto", "precisions": ["bf16"], "modes": ["train"]}
+    doc["max_batch_size"] = [{"precision": "bf16", "mode": "train", "batch_size": None, "limited_by": "unsupported"}]
+    ans = sweep_report(doc)["answers"]
+    assert ans["bottlenecks"] == ["No point of the sweep ran: see the batch-size answers for why."]
+    assert ans["batch_size"] == [f"train bf16: skipped — {reason}"] == ans["precision"]
+    render_markdown(sweep_report(doc))  # renders without data

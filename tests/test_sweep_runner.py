@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from dnnprof.cli.main import main
@@ -55,6 +54,8 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 def test_auto_finds_the_largest_batch_under_a_real_address_space_limit(env: Path) -> None:
     doc = run_sweep(fake_spec(env / "sw", memory_limit=parse_size("160MiB")))
+    import jsonschema
+
     jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
     (m,) = doc["max_batch_size"]
     best = m["batch_size"]

@@ -6,7 +6,7 @@
 What it runs (one command, as a user would)::
 
     dnnprof sweep deepspeech2 --device cuda --precisions fp32,amp-fp16,bf16 --modes train,infer \\
-        --batch-sizes auto --steps 3 --warmup-steps 2 --profile-points default,max --time-budget 780 \\
+        --batch-sizes auto --steps 3 --warmup-steps 1 --profile-points default,max --time-budget 780 \\
         --out $OUT/sweep_deepspeech2
 
 Every trial is its own process; probes (fit, speed, NVML/GPM) come first for all six series, then a full
@@ -42,7 +42,7 @@ def main() -> int:
         args.precisions, args.modes, args.budget_s = "fp32,bf16", "train", 150.0
     out = Path(os.environ.get("OUT", "out")) / f"sweep_{args.workload}"
     cmd = [sys.executable, "-m", "dnnprof", "sweep", args.workload, "--device", "cuda", "--precisions",
-           args.precisions, "--modes", args.modes, "--batch-sizes", "auto", "--steps", "3", "--warmup-steps", "2",
+           args.precisions, "--modes", args.modes, "--batch-sizes", "auto", "--steps", "3", "--warmup-steps", "1",
            "--profile-points", "default,max", "--time-budget", str(args.budget_s), "--timeout", "300",
            "--out", str(out)]
     if args.memory_limit:

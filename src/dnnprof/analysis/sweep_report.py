@@ -213,7 +213,9 @@ def bottleneck_answer(series: list[dict[str, Any]], default_batch: int | None) -
     """Question 1: kernels and layers that dominate at the default point, with occupancy and bound class."""
     s = _pick_series(series, BASELINE_PRECISION, "train")
     row = default_profile(s, default_batch) if s else None
-    if s is None or row is None:
+    if s is None:
+        return {"available": False, "sentences": ["No point of the sweep ran: see the batch-size answers for why."]}
+    if row is None:
         return {"available": False, "sentences": ["No profiled point: run the sweep with --profile-points default "
                                                   "(the default) to see kernels and layers."]}
     pr = row["profile"]
@@ -276,7 +278,8 @@ def precision_answer(series: list[dict[str, Any]], default_batch: int | None) ->
         skipped = [{"precision": s["precision"], "reason": s["skipped"]} for s in series
                    if s["mode"] == mode and s["skipped"]]
         if not ss:
-            out.append({"mode": mode, "rows": [], "skipped": skipped, "sentences": []})
+            out.append({"mode": mode, "rows": [], "skipped": skipped,
+                        "sentences": [f"{mode} {sk['precision']}: skipped — {sk['reason']}" for sk in skipped]})
             continue
         base = next((s for s in ss if s["precision"] == BASELINE_PRECISION), ss[0])
         batch = _common_batch({s["precision"]: s["rows"] for s in ss}, default_batch)
@@ -353,25 +356,25 @@ def mode_answer(series: list[dict[str, Any]], default_batch: int | None) -> list
                "throughput_ratio": _ratio(ri.get("throughput_samples_per_s"), rt.get("throughput_samples_per_s")),
                "families_train_only": sorted(fam_t - fam_i) if pt and pi else [],
                "families_infer_only": sorted(fam_i - fam_t) if pt and pi else []}
-        s = []
+        text: list[str] = []
         if row["step_time_ratio"] is not None:
-            s.append(f"{prec}: a training step takes {row['step_time_ratio']}× an inference step at batch {batch} "
+            text.append(f"{prec}: a training step takes {row['step_time_ratio']}× an inference step at batch {batch} "
                      f"(inference runs {row['throughput_ratio']}× the samples/s).")
         ph = side["train"]["phases_pct"]
         if ph:
-            s.append(f"{prec} training kernel time: forward {_pct(ph.get('forward'))}, backward "
+            text.append(f"{prec} training kernel time: forward {_pct(ph.get('forward'))}, backward "
                      f"{_pct(ph.get('backward'))}, optimizer {_pct(ph.get('optimizer'))}, other {_pct(ph.get('other'))}.")
         for key, label in (("gpu_busy_pct", "GPU busy"), ("sm_occupancy_pct", "SM occupancy")):
             if side["train"][key] is not None and side["infer"][key] is not None:
-                s.append(f"{prec} {label}: train {_pct(side['train'][key])}, infer {_pct(side['infer'][key])}.")
+                text.append(f"{prec} {label}: train {_pct(side['train'][key])}, infer {_pct(side['infer'][key])}.")
         if side["train"]["top_kernel"] and side["infer"]["top_kernel"]:
-            s.append(f"{prec} top kernel: train {side['train']['top_kernel']}, infer {side['infer']['top_kernel']}"
+            text.append(f"{prec} top kernel: train {side['train']['top_kernel']}, infer {side['infer']['top_kernel']}"
                      + (f"; families only in training: {_some(row['families_train_only'])}"
                         if row["families_train_only"] else "") + ".")
         if side["train"]["max_batch_size"] and side["infer"]["max_batch_size"]:
-            s.append(f"{prec} largest batch: train {side['train']['max_batch_size']}, infer "
+            text.append(f"{prec} largest batch: train {side['train']['max_batch_size']}, infer "
                      f"{side['infer']['max_batch_size']}.")
-        row["sentences"] = s
+        row["sentences"] = text
         out.append(row)
     return out
 

@@ -17,7 +17,7 @@ PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#0
 WIDTH, HEIGHT = 640, 320
 LEFT, RIGHT, TOP, BOTTOM = 70, 150, 34, 44
 
-Series = tuple[str, Sequence[tuple[float, float]]]
+Series = tuple[str, Sequence[tuple[float, float | None]]]
 
 
 def _nice_step(span: float, ticks: int = 5) -> float:
@@ -46,7 +46,7 @@ def line_chart(series: Sequence[Series], *, title: str, y_label: str, x_label: s
         hline: a dashed horizontal reference line ``(y, label)`` (e.g. the memory limit).
         y_max: fixed top of the y axis (100 for percentages); default: the data's maximum.
     """
-    pts = [(x, y) for _, s in series for x, y in s if y is not None and x > 0]
+    pts: list[tuple[float, float]] = [(x, y) for _, s in series for x, y in s if y is not None and x > 0]
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
            f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11" role="img">',
            f"<title>{escape(title)}</title>",
@@ -81,9 +81,9 @@ def line_chart(series: Sequence[Series], *, title: str, y_label: str, x_label: s
         y += step
     every = max(1, math.ceil((math.floor(x1) - math.ceil(x0) + 1) / 10))
     for e in range(math.ceil(x0), math.floor(x1) + 1, every):
-        x = _num(px(2.0**e))
-        out.append(f'<line x1="{x}" x2="{x}" y1="{TOP}" y2="{TOP + ph}" stroke="#f0f0f0"/>')
-        out.append(f'<text x="{x}" y="{TOP + ph + 16}" text-anchor="middle">{2**e:g}</text>')
+        tx = _num(px(2.0**e))
+        out.append(f'<line x1="{tx}" x2="{tx}" y1="{TOP}" y2="{TOP + ph}" stroke="#f0f0f0"/>')
+        out.append(f'<text x="{tx}" y="{TOP + ph + 16}" text-anchor="middle">{2**e:g}</text>')
     out.append(f'<text x="{LEFT + pw / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle">{escape(x_label)} '
                "(log scale)</text>")
     out.append(f'<text transform="translate(14 {TOP + ph / 2:.0f}) rotate(-90)" text-anchor="middle">'
@@ -95,7 +95,7 @@ def line_chart(series: Sequence[Series], *, title: str, y_label: str, x_label: s
                    f"{escape(hline[1])}</text>")
     for i, (label, s) in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
-        good = [(x, y) for x, y in s if y is not None and x > 0]
+        good: list[tuple[float, float]] = [(x, y) for x, y in s if y is not None and x > 0]
         if len(good) > 1:
             coords = " ".join(f"{_num(px(x))},{_num(py(y))}" for x, y in good)
             out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"/>')
@@ -111,7 +111,7 @@ def line_chart(series: Sequence[Series], *, title: str, y_label: str, x_label: s
 
 
 def _series(report: dict[str, Any], key: str, scale: float = 1.0) -> list[Series]:
-    out = []
+    out: list[Series] = []
     for b in report["batch_size"]:
         rows = [r for r in b["rows"] if r["status"] == "ok"]
         pts = [(float(r["batch_size"]), None if r.get(key) is None else float(r[key]) / scale) for r in rows]

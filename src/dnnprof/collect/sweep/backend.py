@@ -262,8 +262,8 @@ def find_summary(folder: Path) -> Path | None:
 
 def _from_profile(p: dict[str, Any], folder: Path, plan: Plan, sweep_dir: Path) -> None:
     path = find_summary(folder)
-    doc = _load(path) if path else None
-    if doc is None:
+    doc = _load(path) if path is not None else None
+    if path is None or doc is None:
         return  # read_point turns a missing summary into an error with the stderr line
     p["run_dir"] = os.path.relpath(path.parent, sweep_dir)
     p["status"] = "ok"

@@ -141,11 +141,13 @@ class SweepStore:
         device = next((p["device"] for p in points if p.get("device") and p["status"] == "ok"),
                       next((p["device"] for p in points if p.get("device")), None))
         t = self.spec.target
+        dev = {"kind": self.spec.device, **(device or {}), "requested": self.spec.device}
+        dev["kind"] = (device or {}).get("kind", self.spec.device)
         doc = {
             "schema": SCHEMA,
             "workload": t.name,
             "target": {"kind": t.kind, "name": t.name, "argv": list(t.argv)},
-            "device": {"kind": self.spec.device, **(device or {}), "requested": self.spec.device},
+            "device": dev,
             "default_batch_size": t.default_batch_size,
             "status": status,
             "created_at": self.created_at,
@@ -159,6 +161,5 @@ class SweepStore:
             "points": points,
             "max_batch_size": max_batch,
         }
-        doc["device"]["kind"] = (device or {}).get("kind", self.spec.device)
         write_json_atomic(self.out / SWEEP_FILE, doc)
         return doc
