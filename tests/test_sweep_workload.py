@@ -7,6 +7,7 @@ sweeps that need real workloads; the runner's logic is tested on a stand-in scri
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from dnnprof.collect.sweep import (
     parse_batch_sizes,
     parse_size,
     run_sweep,
+    script_target,
     trial_bound,
     workload_target,
 )
@@ -86,3 +88,20 @@ def test_a_device_the_machine_lacks_is_a_skip_with_the_reason(tmp_path: Path) ->
     (p,) = doc["points"]
     assert p["status"] == "skipped" and "no CUDA GPU" in p["message"]
     assert doc["max_batch_size"][0]["limited_by"] == "unsupported"
+
+
+def test_a_torch_script_gets_step_times_and_throughput(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys, torch\n"
+        "b = int(sys.argv[1])\n"
+        "m = torch.nn.Linear(32, 32)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(8):\n"
+        "    opt.zero_grad(); m(torch.randn(b, 32)).sum().backward(); opt.step()\n")
+    doc = run_sweep(SweepSpec(target=script_target([sys.executable, str(script), "{batch_size}"]),
+                              out=tmp_path / "sw", device="cpu", batches=parse_batch_sizes("16"), warmup_steps=2,
+                              profile_points=()))
+    (p,) = doc["points"]
+    assert p["status"] == "ok" and p["steps_timed"] == 5  # 8 optimizer steps, 2 of warm-up, 5 intervals after
+    assert p["step_time_ms"] > 0 and p["throughput_samples_per_s"] > 0 and p["peak_rss_bytes"] > 0

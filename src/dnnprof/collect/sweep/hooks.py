@@ -123,9 +123,12 @@ def _on_torch(torch: ModuleType) -> None:
     if st is None or os.getpid() != st.pid or not _claim():
         return
     st.torch = torch
-    register = getattr(getattr(torch.optim, "optimizer", None), "register_optimizer_step_post_hook", None)
-    if register is not None:
-        register(lambda *a, **k: st.optimizer_ns.append(time.perf_counter_ns()))
+    try:  # torch.optim hides its `optimizer` submodule: import the function from it directly
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+    except ImportError:  # torch < 2.0: steps come from dnnprof.step() only
+        pass
+    else:
+        register_optimizer_step_post_hook(lambda *a, **k: st.optimizer_ns.append(time.perf_counter_ns()))
     import dnnprof
 
     if dnnprof._step_hook is None:  # under `dnnprof run` the collector owns dnnprof.step()
