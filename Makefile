@@ -5,6 +5,11 @@ BIN    := $(VENV)/bin
 # CPU build of PyTorch for workloads and collection; an unpinned torch pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
+# The main job profiles a built-in workload: on the GPU when nvidia-smi sees one, else a tiny model on the CPU.
+DEVICE   ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
+WORKLOAD ?= $(if $(filter cuda,$(DEVICE)),gpt2,resnet50-tiny)
+RUN_DIR  ?= dnnprof-runs/demo
+
 .PHONY: demo test lint gpu-test bench clean
 
 $(BIN)/dnnprof: pyproject.toml
@@ -15,7 +20,9 @@ $(BIN)/dnnprof: pyproject.toml
 	touch $@
 
 demo: $(BIN)/dnnprof
-	$(BIN)/dnnprof analyze tests/data/gpt2_bf16_train_h200/trace.json.gz --top 10
+	rm -rf $(RUN_DIR)
+	$(BIN)/dnnprof profile $(WORKLOAD) --device $(DEVICE) --out $(RUN_DIR)
+	$(BIN)/dnnprof analyze $(RUN_DIR) --top 10
 
 test: $(BIN)/dnnprof
 	$(BIN)/ruff check src tests benchmarks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 from dnnprof.ingest.errors import TraceError
@@ -30,11 +31,11 @@ def kind_of(path: Path) -> str:
         return "nsys-sqlite"
     head = _head(path)
     if head.startswith(b"\x1f\x8b"):
-        return "kineto"
+        head = _gunzip_head(path)
     text = head.lstrip()
     if text[:1] in (b"{", b"["):
         return "kineto"
-    if text.startswith(b'"ID"') or b'"Kernel Name"' in head or b"==PROF==" in head or b"==ERROR==" in head:
+    if (text.startswith((b'"ID"', b"==PROF==", b"==ERROR==", b"==WARNING==")) or b'"Kernel Name"' in head):
         return "ncu-csv"
     if head.startswith(b"SQLite format 3"):
         return "nsys-sqlite"
@@ -49,6 +50,22 @@ def _head(path: Path, n: int = 4096) -> bytes:
             return f.read(n)
     except OSError as e:
         raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def _gunzip_head(path: Path, n: int = 4096) -> bytes:
+    """The first bytes of a gzip file's contents (b"" when the compressed data is unreadable: the reader says why)."""
+    d = zlib.decompressobj(31)
+    out = b""
+    try:
+        with path.open("rb") as f:
+            while len(out) < n:
+                chunk = f.read(65536)
+                if not chunk:
+                    break
+                out += d.decompress(chunk, n - len(out))
+    except (OSError, zlib.error):
+        return b"\x1f\x8b"
+    return out or b"\x1f\x8b"
 
 
 def trace_files(folder: Path) -> list[Path]:
