@@ -53,7 +53,8 @@ for _name in COMMANDS:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point. User errors print one line on stderr and exit 2, no traceback."""
     try:
-        app(args=argv, standalone_mode=False)
+        # Without standalone mode click returns typer.Exit's code instead of exiting: pass it on.
+        rc = app(args=argv, standalone_mode=False)
     except UserError as e:
         print(f"dnnprof: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             e.show()
             return e.exit_code
         raise
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":
