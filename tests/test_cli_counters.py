@@ -35,3 +35,16 @@ def test_analyze_ncu_permission_error_file(tmp_path: Path, capsys: pytest.Captur
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "ERR_NVGPUCTRPERM" in err[0] or "permission" in err[0]
+
+
+def test_counters_needs_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["counters", str(tmp_path)]) == 2
+    assert "not a dnnprof run directory" in capsys.readouterr().err
+
+
+def test_counters_refuses_an_incomplete_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "meta.json").write_text(json.dumps({"complete": False, "reason": "interrupted (Ctrl-C)"}))
+    assert main(["counters", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "incomplete" in err and "Ctrl-C" in err

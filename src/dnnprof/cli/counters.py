@@ -1,4 +1,4 @@
-"""Nsight Compute results: ``dnnprof analyze ncu.csv`` (an ncu CSV or report on its own)."""
+"""Nsight Compute results: ``dnnprof counters RUN`` and ``dnnprof analyze ncu.csv`` (an ncu file on its own)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import typer
 
 from dnnprof.cli.errors import UserError
 
@@ -63,3 +64,74 @@ def report_ncu_file(path: Path, json_out: Path | None, top: int, quiet: bool) ->
         from dnnprof.render.counters_table import render_counters
 
         render_counters(doc, top=top)
+
+
+def counters(
+    run: Path = typer.Argument(..., help="A dnnprof run directory (from `dnnprof run` or `dnnprof profile`).",
+                               show_default=False),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write the updated summary here ('-' = stdout)."),
+    top: int = typer.Option(15, "--top", min=1, help="Rows to show."),
+) -> None:
+    """Nsight Compute counters for an existing run: re-run its command under ncu for one steady step (only the
+    kernel signatures that cover most of the GPU time), join them onto every kernel, update the run."""
+    import json
+    import os
+
+    from dnnprof.analysis.counters_join import join_counters
+    from dnnprof.analysis.rules import findings_from_analysis
+    from dnnprof.analysis.summary import analyse, summary_of
+    from dnnprof.collect.config import CollectorConfig
+    from dnnprof.collect.counters_pass import counters_pass
+    from dnnprof.collect.session import child_env
+    from dnnprof.model.profile import Profile, ProfileError
+    from dnnprof.render.json_out import write_json
+
+    meta_path = run / "meta.json"
+    if not meta_path.is_file() or not (run / "profile").is_dir():
+        raise UserError(f"{run}: not a dnnprof run directory (no meta.json and profile/)")
+    meta = json.loads(meta_path.read_text())
+    if not meta.get("complete"):
+        raise UserError(f"{run}: the run is incomplete ({meta.get('reason') or meta.get('status')}); counters need a "
+                        "complete run")
+    try:
+        profile = Profile.load(run / "profile")
+        config = CollectorConfig.load(run)
+    except (ProfileError, OSError, ValueError) as e:
+        raise UserError(f"{run}: {e}") from None
+    timed = [int(s) for s in (meta.get("capture") or {}).get("timed_steps") or []]
+    step = timed[len(timed) // 2] if timed else None
+
+    def join(p: object, table: object) -> object:
+        return join_counters(p, table, steps=[step] if step is not None else None)  # type: ignore[arg-type]
+
+    cwd = meta.get("cwd") or os.getcwd()
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        result = counters_pass(run, list(meta["command"]), config, profile, timed, child_env, join)
+    finally:
+        os.chdir(old)
+    meta.setdefault("capture", {})["counters"] = result
+    if result.get("status") != "ok":
+        write_json(meta, meta_path)
+        raise UserError(f"{run}: counters: {result.get('message')}", exit_code=1)
+    profile.save(run / "profile")
+    analysis = analyse(profile)
+    doc = summary_of(analysis)
+    old_summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+    for key, value in old_summary.items():  # keep the run's extras (throughput, samples, memory, …)
+        doc.setdefault(key, value)
+    doc["findings"] = findings_from_analysis(analysis, doc)
+    write_json(doc, run / "summary.json")
+    write_json(meta, meta_path)
+    if json_out is not None:
+        write_json(doc, json_out)
+    print(f"dnnprof: counters for step {result.get('step')}: {result.get('matched_kernels')} kernels matched, "
+          f"{result.get('covered_gpu_time_pct')}% of its GPU time covered ({result.get('wall_s')} s under ncu)")
+    from dnnprof.render.terminal import render
+
+    render(doc, top=top)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("counters")(counters)

@@ -21,6 +21,7 @@ COMMANDS = [
     "workloads",
     "sweep",
     "report",
+    "counters",
 ]
 
 app = typer.Typer(
