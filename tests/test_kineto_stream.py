@@ -214,7 +214,7 @@ def test_missing_file_while_streaming(tmp_path: Path) -> None:
 def _split(doc: bytes, chunk_bytes: int = 1) -> tuple[list[Any], bytes]:
     arrays: list[Any] = []
 
-    def on_chunk(chunk: bytes) -> None:
+    def on_chunk(chunk: memoryview) -> None:
         arrays.append(msgspec.json.decode(chunk))
 
     pieces = (doc[i:i + 3] for i in range(0, len(doc), 3))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import zlib
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Literal, Union, get_args
 
@@ -210,7 +211,7 @@ def _decode(path: Path, data: bytes) -> _Trace:
         raise TraceError(f"{path}: invalid JSON ({e})") from None
 
 
-def _decode_events(chunk: bytes) -> list[Any]:
+def _decode_events(chunk: bytes | memoryview) -> list[Any]:
     """One JSON array of events → strict events, lenient ones coerced.
 
     Raises:
@@ -293,16 +294,13 @@ def _coerce(trace: _LenientTrace) -> _Trace:
 
 def _add_events(cols: EventColumns, events: list[Any]) -> None:
     """Bucket complete events by category into ``cols``; keep ``fwdbwd`` flow points (any other phase)."""
-    buckets: dict[str, list[Any]] = {}
+    buckets: defaultdict[str, list[Any]] = defaultdict(list)
     flows = cols.flows
     for e in events:
-        if e.__class__ is _Complete:
-            lst = buckets.get(e.cat)
-            if lst is None:
-                lst = buckets[e.cat] = []
-            lst.append(e)
+        if type(e) is _Complete:
+            buckets[e.cat].append(e)
         elif e.cat == "fwdbwd":
-            flows.append((e.__class__ is _FLOW_START, e.id, e.tid, e.ts))
+            flows.append((type(e) is _FLOW_START, e.id, e.tid, e.ts))
     cols.add(buckets)
 
 
@@ -360,7 +358,7 @@ def _stream(path: Path, chunk_bytes: int, threaded: bool) -> tuple[EventColumns 
     not split (the caller then decodes the whole buffer). File and gzip errors are raised as they are found."""
     cols = EventColumns()
 
-    def on_chunk(chunk: bytes) -> None:
+    def on_chunk(chunk: memoryview) -> None:
         _add_events(cols, _decode_events(chunk))
 
     pieces = read_pieces(path, chunk_bytes)
@@ -412,13 +410,13 @@ def _profiler_steps(profile: Profile, rank: int) -> None:
     ops = profile.tables["ops"]
     if ops["name_id"].size == 0:
         return
-    names = profile.names(ops["name_id"])
-    is_step = (ops["category"] == OP_CATEGORIES.index("user_annotation")) & np.char.startswith(
-        names.astype(str), "ProfilerStep#")
+    step_ids = [i for i, s in enumerate(profile.strings) if s.startswith("ProfilerStep#")]
+    is_step = (ops["category"] == OP_CATEGORIES.index("user_annotation")) & np.isin(ops["name_id"], step_ids)
     rows = np.flatnonzero(is_step)
     if rows.size == 0:
         return
-    numbers = np.array([_int(s.rsplit("#", 1)[1], -1) for s in names[rows]], dtype=np.int32)
+    numbers = np.array([_int(profile.strings[i].rsplit("#", 1)[1], -1) for i in ops["name_id"][rows].tolist()],
+                       dtype=np.int32)
     if (numbers < 0).any() or np.unique(numbers).size != numbers.size:
         numbers = np.arange(rows.size, dtype=np.int32)
     starts = ops["start_ns"][rows]

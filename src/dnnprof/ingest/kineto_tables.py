@@ -8,6 +8,7 @@ were chunked: rows are sorted stably from file order, and names are interned in 
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import msgspec
@@ -41,16 +42,38 @@ def tid_of(v: Any) -> int:
 
 
 def _tids(values: list[Any]) -> np.ndarray:
-    return np.array([v if v.__class__ is int else tid_of(v) for v in values], dtype=np.int64)
+    """int64 thread ids; one C pass when they are all ints (the usual case)."""
+    if str in map(type, values):  # np.fromiter would parse '-5' as -5; tid_of keeps the first number
+        values = [v if v.__class__ is int else tid_of(v) for v in values]
+    return np.fromiter(values, dtype=np.int64, count=len(values))
 
 
 def _ints(values: list[Any], default: int = -1) -> np.ndarray:
-    """int64 column from a list of ints/None (None → default)."""
-    return np.array([default if v is None else v for v in values], dtype=np.int64)
+    """int64 column from a list of ints/None (None → default); one C pass when there is no None."""
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except TypeError:
+        return np.fromiter([default if v is None else v for v in values], dtype=np.int64, count=len(values))
+
+
+def _dims(values: list[Any]) -> np.ndarray:
+    """(n, 3) int64 grid/block sizes; (-1, -1, -1) where missing or not three numbers."""
+    try:
+        a = np.array(values, dtype=np.int64)
+        if a.shape == (len(values), 3):
+            return a
+    except (TypeError, ValueError):
+        pass
+    return np.array([v if v is not None and len(v) == 3 else _GRID_UNKNOWN for v in values],
+                    dtype=np.int64).reshape(-1, 3)
 
 
 def _floats(values: list[Any]) -> np.ndarray:
-    return np.array(values, dtype=np.float64)
+    """float64 column from a list of floats/None (None → NaN)."""
+    return np.fromiter(values, dtype=np.float64, count=len(values))
+
+
+_GRID_UNKNOWN = (-1, -1, -1)
 
 
 def _ns(values: np.ndarray) -> np.ndarray:
@@ -105,7 +128,6 @@ class _NoArgs:
 
 
 _NO_ARGS = _NoArgs()
-_GRID_UNKNOWN = (-1, -1, -1)
 
 
 class EventColumns:
@@ -128,7 +150,7 @@ class EventColumns:
             if table is None or not evs:
                 continue
             cols = {"ts": _floats([e.ts for e in evs]), "dur": _floats([e.dur for e in evs]),
-                    "name": self._ids([e.name for e in evs])}
+                    "name": self._ids(evs)}
             args = [e.args or _NO_ARGS for e in evs]
             if table == "ops":
                 self._op_columns(cols, evs, args)
@@ -140,15 +162,21 @@ class EventColumns:
                 self._gpu_columns(table, cols, evs, args)
             self._parts.setdefault(cat, []).append(cols)
 
-    def _ids(self, names: list[str]) -> np.ndarray:
+    def _ids(self, evs: list[Any]) -> np.ndarray:
+        """Local ids of the events' names."""
         d = self._strings
-        sd = d.setdefault
-        return np.array([sd(n, len(d)) for n in names], dtype=np.int32)
+        try:
+            return np.fromiter([d[e.name] for e in evs], dtype=np.int32, count=len(evs))
+        except KeyError:  # new names: few after the first chunks
+            for e in evs:
+                d.setdefault(e.name, len(d))
+            return np.fromiter([d[e.name] for e in evs], dtype=np.int32, count=len(evs))
 
     def _opt_ids(self, values: list[Any]) -> np.ndarray:
         d = self._strings
         sd = d.setdefault
-        return np.array([-1 if v is None or v == "" else sd(str(v), len(d)) for v in values], dtype=np.int32)
+        return np.fromiter([-1 if v is None or v == "" else sd(str(v), len(d)) for v in values], dtype=np.int32,
+                           count=len(values))
 
     def _op_columns(self, cols: dict[str, np.ndarray], evs: list[Any], args: list[Any]) -> None:
         cols["tid"] = _tids([e.tid for e in evs])
@@ -171,9 +199,8 @@ class EventColumns:
         if table != "gpu_annotations":
             cols["correlation"] = _ints([a.correlation for a in args])
         if table == "kernels":
-            for name in ("grid", "block"):
-                dims = [v if v is not None and len(v) == 3 else _GRID_UNKNOWN for v in (getattr(a, name) for a in args)]
-                cols[name] = np.array(dims, dtype=np.int64).reshape(-1, 3)
+            cols["grid"] = _dims([a.grid for a in args])
+            cols["block"] = _dims([a.block for a in args])
             cols["registers_per_thread"] = _ints([a.registers for a in args])
             cols["shared_memory_bytes"] = _ints([a.shared_memory for a in args])
             cols["blocks_per_sm"] = _floats([a.blocks_per_sm for a in args])
@@ -218,11 +245,10 @@ class EventColumns:
                 lut[u] = intern(keys[u])
         return lut[local]
 
-    def _by_name(self, local: np.ndarray, fn: Any) -> list[Any]:
-        """fn(name) for every row, computed once per distinct name."""
+    def _by_name(self, local: np.ndarray, fn: Any) -> np.ndarray:
+        """fn(name) for every row (an int, or a tuple of ints), computed once per distinct name."""
         uniq, inverse = np.unique(local, return_inverse=True)
-        values = [fn(self._keys[u]) for u in uniq.tolist()]
-        return [values[i] for i in inverse.tolist()]
+        return np.array([fn(self._keys[u]) for u in uniq.tolist()], dtype=np.int64)[inverse.reshape(-1)]
 
     def _start(self, table: str, cols: dict[str, np.ndarray], order: np.ndarray, rank: int) -> dict[str, np.ndarray]:
         t = empty_table(table, order.size)
@@ -291,7 +317,7 @@ class EventColumns:
                       "est_occupancy_pct", "graph_id"):
                 t[k][:] = cols[k][order]
         elif table == "memcpy":
-            kinds = np.array(self._by_name(names, _memcpy_kind), dtype=np.int64).reshape(-1, 3)
+            kinds = self._by_name(names, _memcpy_kind)
             t["kind"][:], t["src_mem"][:], t["dst_mem"][:] = kinds[:, 0], kinds[:, 1], kinds[:, 2]
             t["bytes"][:] = cols["bytes"][order]
         elif table == "memset":
@@ -303,26 +329,29 @@ class EventColumns:
 def nest(t: dict[str, np.ndarray]) -> None:
     """parent_row/depth per thread; rows are sorted by (start, -dur) so parents come before children."""
     n = t["start_ns"].size
-    parent = t["parent_row"]
-    depth = t["depth"]
-    ends = t["start_ns"] + t["dur_ns"]
-    stacks: dict[int, list[int]] = {}
-    starts_l = t["start_ns"].tolist()
-    ends_l = ends.tolist()
-    tids = t["tid"].tolist()
-    for i in range(n):
-        stack = stacks.setdefault(tids[i], [])
-        s = starts_l[i]
-        while stack and ends_l[stack[-1]] <= s:
-            stack.pop()
-        # A child that outlives its parent (clock jitter) is still nested if it starts inside it.
-        if stack:
-            parent[i] = stack[-1]
-            depth[i] = len(stack)
-        else:
-            parent[i] = -1
-            depth[i] = 0
-        stack.append(i)
+    order = np.argsort(t["tid"], kind="stable")  # rows grouped by thread, in row order within a thread
+    breaks = [0, *(np.flatnonzero(np.diff(t["tid"][order])) + 1).tolist(), n]
+    rows = order.tolist()
+    starts = t["start_ns"][order].tolist()
+    ends = (t["start_ns"] + t["dur_ns"])[order].tolist()
+    parent = [-1] * n
+    depth = [0] * n
+    for a, b in itertools.pairwise(breaks):
+        open_rows: list[int] = []  # the enclosing ops still open, outermost first
+        open_ends: list[int] = []
+        for k in range(a, b):
+            s = starts[k]
+            while open_ends and open_ends[-1] <= s:
+                open_ends.pop()
+                open_rows.pop()
+            # A child that outlives its parent (clock jitter) is still nested if it starts inside it.
+            if open_rows:
+                parent[k] = open_rows[-1]
+                depth[k] = len(open_rows)
+            open_rows.append(rows[k])
+            open_ends.append(ends[k])
+    t["parent_row"][order] = parent
+    t["depth"][order] = depth
 
 
 def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -367,7 +396,7 @@ def fwdbwd(ops: dict[str, np.ndarray], flows: list[tuple[bool, Any, Any, Any]]) 
     start: dict[Any, tuple[int, int]] = {}
     end: dict[Any, tuple[int, int]] = {}
     for is_start, fid, tid, ts in flows:
-        (start if is_start else end)[fid] = (tid_of(tid), round(ts * 1000))
+        (start if is_start else end)[fid] = (tid if tid.__class__ is int else tid_of(tid), round(ts * 1000))
     pairs = [(start[k], end[k]) for k in start.keys() & end.keys()]
     if not pairs:
         return

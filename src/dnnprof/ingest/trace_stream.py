@@ -130,14 +130,15 @@ def in_background(pieces: Iterator[bytes], depth: int = 2) -> Iterator[bytes]:
         t.join()
 
 
-def split_events(pieces: Iterator[bytes], on_chunk: Callable[[bytes], None],
+def split_events(pieces: Iterator[bytes], on_chunk: Callable[[memoryview], None],
                  chunk_bytes: int = CHUNK_BYTES) -> bytes:
     """Feed ``on_chunk`` the ``traceEvents`` array as JSON arrays of whole events, in order.
 
     Args:
         pieces: the document's bytes, in pieces of any size.
-        on_chunk: decodes one array (``b"[...]"``); raises ``msgspec.DecodeError`` when it is not valid JSON
-            (the cut was wrong), and must then leave no trace of the attempt.
+        on_chunk: decodes one array (``b"[...]"``, a view valid during the call); raises
+            ``msgspec.DecodeError`` when it is not valid JSON (the cut was wrong), and must then leave no trace
+            of the attempt.
         chunk_bytes: text per array, about.
 
     Returns:
@@ -169,43 +170,63 @@ def split_events(pieces: Iterator[bytes], on_chunk: Callable[[bytes], None],
         raise SplitError("no traceEvents array")
     _check_json(head + b"[]}", "traceEvents is not a top-level key")
 
+    # buf always starts with the '[' of the next array: cuts write ']' and '[' over separators in place, so
+    # the text is copied once (into buf), never sliced into new bytes objects.
+    buf = bytearray(b"[") + buf
     for piece in it:
         buf += piece
         if len(buf) >= chunk_bytes:
-            buf = _emit(buf, on_chunk)
+            _emit(buf, on_chunk)
     return head + b"[]" + _emit_last(buf, on_chunk, head, close) + close
 
 
-def _emit(buf: bytes, on_chunk: Callable[[bytes], None]) -> bytes:
-    """Decode the longest run of whole events at the start of ``buf``; returns what is left."""
+def _decode_view(buf: bytearray, end: int, on_chunk: Callable[[memoryview], None]) -> None:
+    """on_chunk(buf[:end]) without a copy; the views are released even when on_chunk raises (a traceback
+    that still holds one must not pin buf's size)."""
+    whole = memoryview(buf)
+    view = whole[:end]
+    try:
+        on_chunk(view)
+    finally:
+        view.release()
+        whole.release()
+
+
+def _emit(buf: bytearray, on_chunk: Callable[[memoryview], None]) -> None:
+    """Decode the longest run of whole events at the start of ``buf`` and remove it from ``buf``."""
     end = len(buf)
     for _ in range(_CUT_TRIES):
-        i = buf.rfind(b"}", 0, end)
+        i = buf.rfind(b"}", 1, end)
         while i >= 0 and not (m := _SEPARATOR.match(buf, i + 1)):
-            i = buf.rfind(b"}", 0, i)
+            i = buf.rfind(b"}", 1, i)
         if i < 0:
-            return buf  # no boundary yet: one event longer than what was read
+            return  # no boundary yet: one event longer than what was read
+        saved, buf[i + 1] = buf[i + 1], 0x5D  # ']' over the first byte of the separator
         try:
-            on_chunk(b"[" + buf[:i + 1] + b"]")
+            _decode_view(buf, i + 2, on_chunk)
         except msgspec.DecodeError:
+            buf[i + 1] = saved
             end = i  # a brace inside an event: try an earlier one
             continue
-        return buf[m.end() - 1:]
+        start = m.end() - 1  # the next event's '{'; the byte before it is still part of the separator
+        buf[start - 1] = 0x5B  # '['
+        del buf[:start - 1]
+        return
     raise SplitError("no event boundary decodes")
 
 
-def _emit_last(buf: bytes, on_chunk: Callable[[bytes], None], head: bytes, close: bytes) -> bytes:
+def _emit_last(buf: bytearray, on_chunk: Callable[[memoryview], None], head: bytes, close: bytes) -> bytes:
     """The events up to the array's closing bracket; returns the text after it."""
     end = len(buf)
     for _ in range(_END_TRIES):
-        j = buf.rfind(b"]", 0, end)
+        j = buf.rfind(b"]", 1, end)
         if j < 0:
             break
-        end, tail = j, buf[j + 1:]
+        end, tail = j, bytes(buf[j + 1:])
         if b'"traceEvents"' in tail or not _is_json(head + b"[]" + tail + close):
             continue
         try:
-            on_chunk(b"[" + buf[:j] + b"]")
+            _decode_view(buf, j + 1, on_chunk)
         except msgspec.DecodeError:
             continue
         return tail
