@@ -42,7 +42,7 @@ def assert_same_profile(a: Profile, b: Profile) -> None:
 
 def streamed(path: Path, chunk_bytes: int, threaded: bool = False) -> Profile:
     """The streamed profile, after checking the document really streamed (no whole-buffer fallback)."""
-    cols, _ = kineto._stream(path, chunk_bytes, threaded)
+    cols, _ = kineto._stream(path, chunk_bytes, threaded, chunk_bytes)
     assert cols is not None, "fell back to the whole-buffer path"
     return kineto._read_profile(path, None, chunk_bytes=chunk_bytes, threaded=threaded)
 
@@ -252,3 +252,45 @@ def test_read_pieces_inflates_in_bounded_pieces(tmp_path: Path) -> None:
     plain = tmp_path / "t.json"
     plain.write_bytes(raw[:100_000])
     assert b"".join(read_pieces(plain, 4096)) == raw[:100_000]
+
+
+# --- the vectorised nesting against the stack walk it replaces -----------------------------------------------------
+def _nest_reference(tid: list[int], start: list[int], dur: list[int]) -> tuple[list[int], list[int]]:
+    """The plain per-thread stack walk (rows sorted by start, longer first)."""
+    parent, depth, stacks = [], [], {}
+    for i, (th, s) in enumerate(zip(tid, start, strict=True)):
+        stack = stacks.setdefault(th, [])
+        while stack and start[stack[-1]] + dur[stack[-1]] <= s:
+            stack.pop()
+        parent.append(stack[-1] if stack else -1)
+        depth.append(len(stack))
+        stack.append(i)
+    return parent, depth
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_nest_matches_the_stack_walk_with_jitter_and_ties(seed: int) -> None:
+    from dnnprof.ingest.kineto_tables import nest
+    from dnnprof.model.schema import empty_table
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    start = np.sort(rng.integers(0, 60 if seed % 2 else 5000, n))  # small ranges: many equal starts
+    dur = rng.integers(0, 80 if seed % 3 else 3000, n)
+    dur[rng.random(n) < 0.1] = 0
+    order = np.lexsort((-dur, start))
+    t = empty_table("ops", n)
+    t["tid"][:] = rng.integers(1, 4, n)[order] if seed % 4 else 7
+    t["start_ns"][:], t["dur_ns"][:] = start[order], dur[order]
+    nest(t)
+    parent, depth = _nest_reference(t["tid"].tolist(), t["start_ns"].tolist(), t["dur_ns"].tolist())
+    assert t["parent_row"].tolist() == parent
+    assert t["depth"].tolist() == depth
+
+
+@pytest.mark.parametrize("path", [GPT2, DEEPSPEECH, *RECORDED[:3]], ids=lambda p: p.parent.name + "/" + p.name)
+def test_nest_matches_the_stack_walk_on_real_traces(path: Path) -> None:
+    ops = whole(path).tables["ops"]
+    parent, depth = _nest_reference(ops["tid"].tolist(), ops["start_ns"].tolist(), ops["dur_ns"].tolist())
+    assert ops["parent_row"].tolist() == parent
+    assert ops["depth"].tolist() == depth

@@ -28,7 +28,7 @@ import msgspec
 import numpy as np
 
 from dnnprof.ingest.errors import TraceError
-from dnnprof.ingest.kineto_tables import EventColumns
+from dnnprof.ingest.kineto_tables import EventColumns, distinct
 from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, in_background, read_pieces, split_events
 from dnnprof.model.device import DeviceInfo
 from dnnprof.model.profile import Profile
@@ -336,13 +336,13 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Profile:
 
 
 def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, stream: bool = True,
-                  threaded: bool = True) -> Profile:
+                  threaded: bool = True, piece_bytes: int | None = None) -> Profile:
     """read_kineto with the knobs the tests turn: chunk size, streaming or one buffer, background inflate."""
     # Many small, acyclic objects: the cyclic GC would only rescan them over and over.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        cols, trace = _stream(path, chunk_bytes, threaded) if stream else (None, None)
+        cols, trace = _stream(path, chunk_bytes, threaded, piece_bytes or chunk_bytes) if stream else (None, None)
         if cols is None or trace is None:
             cols, trace = EventColumns(), _decode(path, read_bytes(path))
             _add_events(cols, trace.traceEvents)
@@ -353,7 +353,7 @@ def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, 
             gc.enable()
 
 
-def _stream(path: Path, chunk_bytes: int, threaded: bool) -> tuple[EventColumns | None, _Trace | None]:
+def _stream(path: Path, chunk_bytes: int, threaded: bool, piece_bytes: int) -> tuple[EventColumns | None, _Trace | None]:
     """Columns and the document without its events, decoded chunk by chunk; (None, None) when the document does
     not split (the caller then decodes the whole buffer). File and gzip errors are raised as they are found."""
     cols = EventColumns()
@@ -361,7 +361,7 @@ def _stream(path: Path, chunk_bytes: int, threaded: bool) -> tuple[EventColumns 
     def on_chunk(chunk: memoryview) -> None:
         _add_events(cols, _decode_events(chunk))
 
-    pieces = read_pieces(path, chunk_bytes)
+    pieces = read_pieces(path, piece_bytes)
     if threaded:
         pieces = in_background(pieces)
     with contextlib.closing(pieces):
@@ -417,7 +417,7 @@ def _profiler_steps(profile: Profile, rank: int) -> None:
         return
     numbers = np.array([_int(profile.strings[i].rsplit("#", 1)[1], -1) for i in ops["name_id"][rows].tolist()],
                        dtype=np.int32)
-    if (numbers < 0).any() or np.unique(numbers).size != numbers.size:
+    if (numbers < 0).any() or distinct(numbers).size != numbers.size:
         numbers = np.arange(rows.size, dtype=np.int32)
     starts = ops["start_ns"][rows]
     assign_steps(profile, starts, starts + ops["dur_ns"][rows], "profiler_step", numbers=numbers,

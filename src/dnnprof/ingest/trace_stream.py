@@ -175,8 +175,8 @@ def split_events(pieces: Iterator[bytes], on_chunk: Callable[[memoryview], None]
     buf = bytearray(b"[") + buf
     for piece in it:
         buf += piece
-        if len(buf) >= chunk_bytes:
-            _emit(buf, on_chunk)
+        while len(buf) >= chunk_bytes and _emit(buf, on_chunk, chunk_bytes):
+            pass
     return head + b"[]" + _emit_last(buf, on_chunk, head, close) + close
 
 
@@ -192,26 +192,41 @@ def _decode_view(buf: bytearray, end: int, on_chunk: Callable[[memoryview], None
         whole.release()
 
 
-def _emit(buf: bytearray, on_chunk: Callable[[memoryview], None]) -> None:
-    """Decode the longest run of whole events at the start of ``buf`` and remove it from ``buf``."""
-    end = len(buf)
-    for _ in range(_CUT_TRIES):
-        i = buf.rfind(b"}", 1, end)
-        while i >= 0 and not (m := _SEPARATOR.match(buf, i + 1)):
-            i = buf.rfind(b"}", 1, i)
-        if i < 0:
-            return  # no boundary yet: one event longer than what was read
+def _boundaries(buf: bytearray, size: int) -> Iterator[tuple[int, re.Match[bytes]]]:
+    """Cut candidates (an event's closing brace, the separator after it): from ``size`` leftwards, then beyond
+    ``size`` rightwards (an event longer than ``size``)."""
+    i = buf.rfind(b"}", 1, size)
+    while i >= 0:
+        if m := _SEPARATOR.match(buf, i + 1):
+            yield i, m
+        i = buf.rfind(b"}", 1, i)
+    i = buf.find(b"}", size)
+    while i >= 0:
+        if m := _SEPARATOR.match(buf, i + 1):
+            yield i, m
+        i = buf.find(b"}", i + 1)
+
+
+def _emit(buf: bytearray, on_chunk: Callable[[memoryview], None], size: int) -> bool:
+    """Decode the whole events in about the first ``size`` bytes of ``buf`` and remove them from ``buf``.
+
+    Returns False when ``buf`` holds no event boundary yet (one event longer than what was read).
+    """
+    for tries, (i, m) in enumerate(_boundaries(buf, size)):
+        if tries == _CUT_TRIES:
+            break
         saved, buf[i + 1] = buf[i + 1], 0x5D  # ']' over the first byte of the separator
         try:
             _decode_view(buf, i + 2, on_chunk)
         except msgspec.DecodeError:
-            buf[i + 1] = saved
-            end = i  # a brace inside an event: try an earlier one
+            buf[i + 1] = saved  # a brace inside an event: try another one
             continue
         start = m.end() - 1  # the next event's '{'; the byte before it is still part of the separator
         buf[start - 1] = 0x5B  # '['
         del buf[:start - 1]
-        return
+        return True
+    else:
+        return False
     raise SplitError("no event boundary decodes")
 
 
