@@ -1,8 +1,10 @@
 """From a run directory (collector results + raw traces) to the canonical profile and summary extras.
 
-The run directory is derived from a real H200 GPT-2 trace with two steps: step 4 becomes a CUDA-only timing
-window (plus the cudaDeviceSynchronize clock probe the collector takes before stopping it), step 5 the
+The run directory is derived from a real H200 GPT-2 trace with two steps: step 4 becomes the timing window (CUDA
+activity and user ranges only: ``ProfilerStep#4`` and a ``dnnprof.clock_sync`` range, no ops), step 5 the
 attribution window (with a ``dnnprof.clock_sync`` range and a module range recorded as the fast ``cpu_op`` kind).
+``legacy=True`` makes the timing window of older dnnprof runs instead: CUDA activity only, no ranges, a
+``cudaDeviceSynchronize`` clock probe, steps from the collector's boundary times.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def _write(path: Path, doc: dict[str, Any], events: list[dict[str, Any]]) -> Non
     path.write_bytes(gzip.compress(json.dumps(out).encode()))
 
 
-def make_run(tmp: Path, wall_lag_ns: int = 0) -> dict[str, Any]:
+def make_run(tmp: Path, wall_lag_ns: int = 0, legacy: bool = False) -> dict[str, Any]:
     """A run dir whose wall clock runs ``wall_lag_ns`` behind the trace clock."""
     doc = load_raw(GPT2)
     ev = doc["traceEvents"]
@@ -49,10 +51,16 @@ def make_run(tmp: Path, wall_lag_ns: int = 0) -> dict[str, Any]:
         return t is not None and steps[n][0] <= t < steps[n][1]
 
     end4 = steps[4][1]
-    probe_ts = end4 + 50  # µs: the cudaDeviceSynchronize taken just before the timing window stops
+    s4 = steps[4][0]
+    probe_ts = end4 + 50 if legacy else s4 - 40  # µs: cudaDeviceSynchronize before the stop / clock_sync at start
     timing = [e for e in ev if (e.get("cat") in CUDA_CATS or e.get("ph") == "M") and in_step(e, 4)]
-    timing.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": 1,
-                   "ts": probe_ts, "dur": 20.0, "args": {"correlation": 99_999_999, "cbid": 165}})
+    if legacy:
+        timing.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": 1,
+                       "ts": probe_ts, "dur": 20.0, "args": {"correlation": 99_999_999, "cbid": 165}})
+    else:  # user ranges only: the step range and the clock probe (no aten op is recorded)
+        timing += [e for e in ev if e.get("cat") == "user_annotation" and e.get("name") == "ProfilerStep#4"]
+        timing.append({"ph": "X", "cat": "user_annotation", "name": "dnnprof.clock_sync", "pid": 1, "tid": 1,
+                       "ts": probe_ts, "dur": 1.0, "args": {}})
     attrib = [e for e in ev if e.get("cat") not in ("ac2g", "gpu_user_annotation") and in_step(e, 5)]
     s5 = steps[5][0]
     attrib.append({"ph": "X", "cat": "user_annotation", "name": "dnnprof.clock_sync", "pid": 1, "tid": 1,
@@ -76,9 +84,11 @@ def make_run(tmp: Path, wall_lag_ns: int = 0) -> dict[str, Any]:
                  "post_baseline": [7, 7]},
         "windows": [
             {"kind": "timing", "first_step": 4, "last_step": 4, "trace": "trace/timing.json.gz",
-             "started_ns": starts[4], "stopped_ns": ends[4] + 1_000_000,
+             "started_ns": starts[4] - 100_000, "stopped_ns": ends[4] + 1_000_000,
              "clock_probe": {"method": "cuda_sync", "name": "cudaDeviceSynchronize",
-                             "t0_ns": wall(probe_ts) - 2_000, "t1_ns": wall(probe_ts + 20) + 3_000}},
+                             "t0_ns": wall(probe_ts) - 2_000, "t1_ns": wall(probe_ts + 20) + 3_000} if legacy else
+             {"method": "record_function", "name": "dnnprof.clock_sync",
+              "t0_ns": wall(probe_ts) - 500, "t1_ns": wall(probe_ts + 1) + 500}},
             {"kind": "attribution", "first_step": 5, "last_step": 5, "trace": "trace/attribution.json.gz",
              "started_ns": starts[5], "stopped_ns": ends[5],
              "clock_probe": {"method": "record_function", "name": "dnnprof.clock_sync",
@@ -113,8 +123,13 @@ def test_assemble_default_mode_run(tmp_path: Path) -> None:
     k = profile.tables["kernels"]
     assert (k["step"] == 4).sum() == k["step"].size > 1000
     assert info["attribution"]["matched_kernels_pct"] == 100.0
-    # Module ranges were relabelled as the user annotations they are.
     ops = profile.tables["ops"]
+    # The timing window's own ranges stay, timed; the attribution ops follow with step -1 and own the kernels.
+    step4 = ops["name_id"] == profile.string_id("ProfilerStep#4")
+    assert step4.sum() == 1 and ops["step"][step4].tolist() == [4]
+    assert (ops["step"] == -1).sum() == ops["step"].size - 1  # all but ProfilerStep#4 (the probe is before it)
+    assert (ops["step"][k["op_row"]] == -1).all()
+    # Module ranges were relabelled as the user annotations they are.
     mod = ops["name_id"] == profile.string_id("dnnprof.module:GPT2LMHeadModel|GPT2LMHeadModel")
     assert mod.sum() == 1
     assert ops["category"][mod][0] == OP_CATEGORIES.index("user_annotation")
@@ -124,6 +139,31 @@ def test_assemble_default_mode_run(tmp_path: Path) -> None:
     assert profile.names(s["metric_id"]).tolist() == ["gpu_util_pct", "sm_active_pct", "sm_active_pct"]
     t0 = steps["start_ns"][0]
     assert t0 <= s["ts_ns"][0] <= t0 + steps["dur_ns"][0]
+
+
+def test_legacy_cuda_only_timing_window_gets_steps_from_boundaries(tmp_path: Path) -> None:
+    col = make_run(tmp_path, legacy=True)
+    profile, info = assemble(tmp_path, col)
+    assert profile.self_check() == []
+    assert info["clock"]["found"] and info["clock"]["method"] == "cuda_sync"
+    assert profile.tables["steps"]["number"].tolist() == [4] and info["timed_steps"] == [4]
+    k = profile.tables["kernels"]
+    assert (k["step"] == 4).sum() == k["step"].size > 1000
+    assert info["attribution"]["matched_kernels_pct"] == 100.0 and "invalid" not in info
+
+
+def test_timing_trace_without_gpu_times_is_reported(tmp_path: Path) -> None:
+    """What a CUDA-only session exports with PyTorch 2.11 on an H100: every GPU/runtime event at ts = dur = 0."""
+    col = make_run(tmp_path, legacy=True)
+    path = tmp_path / "trace" / "timing.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("cat") in CUDA_CATS:
+            e["ts"], e["dur"] = 0.0, 0.0
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    _, info = assemble(tmp_path, col)
+    assert "all with zero start and duration" in info["invalid"]
+    assert info["attribution"]["kernels_in_timed_steps"] == 0
 
 
 def test_summary_extras_from_collector_results(tmp_path: Path) -> None:
@@ -162,7 +202,7 @@ def test_clock_probe_missing_from_trace_is_noted(tmp_path: Path) -> None:
     from dnnprof.ingest.kineto import read_kineto
 
     p = read_kineto(tmp_path / "trace" / "timing.json.gz")
-    out = clock_offset(p, {"method": "record_function", "name": "dnnprof.clock_sync", "t0_ns": 0, "t1_ns": 1})
+    out = clock_offset(p, {"method": "record_function", "name": "dnnprof.no_such_probe", "t0_ns": 0, "t1_ns": 1})
     assert out["offset_ns"] == 0 and not out["found"] and "not in the trace" in out["note"]
 
 

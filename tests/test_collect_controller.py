@@ -77,7 +77,9 @@ def test_default_mode_sequence_and_join(tmp_path: Path, fake_cuda: None) -> None
     assert (windows["timing"]["first_step"], windows["timing"]["last_step"]) == (3, 5)
     assert (windows["attribution"]["first_step"], windows["attribution"]["last_step"]) == (7, 8)
     assert windows["attribution"]["module_ranges"] and windows["attribution"]["module_calls"] == 2 * 4
-    assert windows["timing"]["clock_probe"]["method"] == "cuda_sync"
+    assert windows["timing"]["clock_probe"]["method"] == "record_function"
+    assert windows["timing"]["op_scopes"] == "user" and not windows["timing"]["ops"]
+    assert windows["attribution"]["op_scopes"] == "all" and windows["attribution"]["ops"]
     assert col["plan"]["pre_baseline"] == [2, 3] and col["plan"]["post_baseline"] == [10, 12]
     assert col["memory"]["per_step"]["step"] == list(range(2, 12))
     static = col["memory"]["static"]
@@ -87,8 +89,15 @@ def test_default_mode_sequence_and_join(tmp_path: Path, fake_cuda: None) -> None
     assert col["host_hotspots"]["samples"] >= 0
     assert (tmp_path / "trace" / "timing.json.gz").is_file() and (tmp_path / "trace" / "attribution.json.gz").is_file()
 
+    from dnnprof.ingest.kineto import read_kineto
+
+    timing = read_kineto(tmp_path / "trace" / "timing.json.gz")  # user ranges only: no aten op was recorded
+    ranges = set(timing.names(timing.tables["ops"]["name_id"]).tolist())
+    assert {"dnnprof.clock_sync", "ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"} <= ranges
+    assert not [r for r in ranges if r.startswith("aten::")], ranges  # torch's own ranges (Optimizer.step#…) stay
     profile, info = assemble(tmp_path, col)
     assert profile.tables["steps"]["number"].tolist() == [3, 4, 5]
+    assert info["clock"]["found"] and abs(info["clock"]["offset_ns"]) < 1_000_000
     assert info["attribution"]["attribution_steps"] == [7, 8]
     names = set(profile.names(profile.tables["ops"]["name_id"]).tolist())
     assert {"dnnprof.module:Sequential|Sequential", "dnnprof.module:0|Linear", "ProfilerStep#8"} <= names

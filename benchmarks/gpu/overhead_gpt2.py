@@ -10,7 +10,8 @@ Workload (as in docs/collection.md): transformers ``GPT2LMHeadModel(GPT2Config()
 The same script (this file with ``--train``) runs in every configuration, each in a fresh process:
 
   none      plain ``python overhead_gpt2.py --train``: per-step host intervals, median of 20 steps after 10 warm-up
-  default   ``dnnprof run --warmup-steps 10 --steps 20`` (CUDA-only timing window + 2-step attribution window)
+  default   ``dnnprof run --warmup-steps 10 --steps 20`` (timing window: CUDA + user ranges, no ops; then a
+            2-step attribution window)
   full      ``dnnprof run --full --warmup-steps 10 --steps 20`` (one window: CPU ops, shapes, stacks, memory)
 
 Step times are host intervals between consecutive ``optimizer.step()`` returns (the loop syncs on ``loss.item()``,
@@ -101,8 +102,16 @@ def run_config(name: str, dnnprof_args: list[str] | None) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     cap = meta["capture"]
     timed = cap["timed_steps"]
-    # dnnprof step k = the script's iteration k+1 (the first boundary is the second optimizer step).
-    row["median_ms"], row["steps_ms"] = _script_median(times, timed[0] + 1, len(timed)) if timed else (None, [])
+    # dnnprof step k = the script's iteration k+1 (the first boundary is the second optimizer step). The boundary
+    # that ends the window (profiler stop, in optimizer.step() before loss.item()) falls inside the script's last
+    # interval: that interval is dnnprof's work between steps, not a profiled step, so it is left out.
+    row["median_ms"], row["steps_ms"] = (_script_median(times, timed[0] + 1, max(len(timed) - 1, 1)) if timed
+                                         else (None, []))
+    # After the collector is done (its last boundary falls in script iteration plan.last): a capture that left a
+    # cost behind (CUPTI still attached) shows here, against the plain run.
+    last = int((cap.get("plan") or {}).get("post_baseline", [0, 0])[1])
+    tail = json.loads(times.read_text())[last + 2:]
+    row["after_median_ms"] = statistics.median(tail) / 1e6 if tail else None
     ov = cap["overhead"]
     row.update(
         dnnprof_profiled_median_ms=(ov["profiled"]["median_us"] or 0) / 1000,
@@ -152,19 +161,20 @@ def main() -> None:
            "targets": {"default": 1.05, "full": 1.3}, "rows": rows}
     (OUT / "overhead_gpt2.json").write_text(json.dumps(doc, indent=1, default=str))
     print(f"\nGPT-2 124M, batch 8x512, bf16 autocast, AdamW(fused) on {doc['gpu']} (torch {doc['torch']})")
-    print(f"{'config':<18}{'step ms':>9}{'dilation':>10}{'in-proc':>9}{'attr ms':>9}{'matched%':>9}{'busy%':>7}"
-          f"{'SM act%':>8}{'wall s':>8}")
+    print(f"{'config':<18}{'step ms':>9}{'dilation':>10}{'in-proc':>9}{'attr ms':>9}{'after ms':>9}{'matched%':>9}"
+          f"{'busy%':>7}{'layers':>7}{'SM act%':>8}{'wall s':>8}")
     for r in rows:
         if r.get("error"):
             print(f"{r['config']:<18} FAILED (exit {r['returncode']}): {r['error'].splitlines()[-1:]}")
             continue
 
         def f(v: object, fmt: str) -> str:
-            return format(v, fmt) if isinstance(v, (int, float)) else "-".rjust(int(fmt.split(".")[0]))
+            return format(v, fmt) if isinstance(v, (int, float)) else "-".rjust(int(fmt.split(".")[0].rstrip("d")))
 
         print(f"{r['config']:<18}{f(r.get('median_ms'), '9.2f')}{f(r.get('dilation'), '10.3f')}"
               f"{f(r.get('dnnprof_in_process_dilation'), '9.3f')}{f(r.get('attribution_median_ms'), '9.2f')}"
-              f"{f(r.get('matched_kernels_pct'), '9.1f')}{f(r.get('gpu_busy_pct'), '7.1f')}"
+              f"{f(r.get('after_median_ms'), '9.2f')}{f(r.get('matched_kernels_pct'), '9.1f')}"
+              f"{f(r.get('gpu_busy_pct'), '7.1f')}{f(r.get('layers'), '7d')}"
               f"{f((r.get('samples') or {}).get('sm_active_pct'), '8.1f')}{f(r.get('wall_s'), '8.1f')}")
 
 

@@ -2,8 +2,11 @@
 
 * clock: the offset between the wall clock the collector used (``time.time_ns``) and the trace clock, from a
   probe whose wall-clock bracket is known (a ``dnnprof.clock_sync`` range or a ``cudaDeviceSynchronize``);
-* steps: a timing window has no CPU ranges, so its steps come from the collector's boundary times; CPU windows
-  carry ``ProfilerStep#N`` ranges, which the Kineto reader already turned into steps;
+* steps: every window carries ``ProfilerStep#N`` ranges, which the Kineto reader already turned into steps; a
+  trace without them (a CUDA-only timing window of an older dnnprof) gets its steps from the collector's boundary
+  times, moved onto the trace clock;
+* validity: a trace whose GPU events all have zero times (what a CUDA-only torch.profiler session exports with
+  PyTorch 2.11) cannot time anything; this is said, not hidden;
 * attribution: the attribution window is joined onto the timing window (``join``);
 * module ranges: recorded with the fast record-function (Kineto files them as ``cpu_op``), relabelled here as the
   ``user_annotation`` ranges they are;
@@ -23,7 +26,7 @@ from dnnprof.collect.join import join_attribution
 from dnnprof.collect.modranges import PREFIX
 from dnnprof.ingest.kineto import read_kineto
 from dnnprof.model.profile import Profile
-from dnnprof.model.schema import OP_CATEGORIES, empty_table
+from dnnprof.model.schema import OP_CATEGORIES, STEP_SOURCES, empty_table
 from dnnprof.model.steps import assign_steps
 
 _STEP_SOURCE = {"optimizer": "optimizer", "marker": "marker", "explicit": "marker"}
@@ -95,6 +98,26 @@ def _timed_steps(profile: Profile, col: dict[str, Any], window: dict[str, Any], 
     return numbers.tolist()
 
 
+def _label_steps(profile: Profile, col: dict[str, Any]) -> None:
+    """``ProfilerStep#N`` ranges mark steps the collector found from its own source: say which (optimizer …)."""
+    steps = profile.tables["steps"]
+    source = _STEP_SOURCE.get(col.get("step_source") or "")
+    if source is None or not steps["number"].size:
+        return
+    mine = steps["source"] == STEP_SOURCES.index("profiler_step")
+    steps["source"][mine] = STEP_SOURCES.index(source)
+
+
+def zero_gpu_times(profile: Profile) -> str:
+    """A sentence when the trace has GPU activity but no GPU times (every kernel at ts = dur = 0), else ``""``."""
+    k = profile.tables["kernels"]
+    if k["dur_ns"].size == 0 or np.any(k["dur_ns"] > 0):
+        return ""
+    return (f"the timing trace has {k['dur_ns'].size} kernels, all with zero start and duration (torch.profiler "
+            "with CUDA activity but no CPU activity exports no GPU times with this PyTorch): kernel times are "
+            "unknown")
+
+
 def _whole_trace_step(profile: Profile) -> None:
     if profile.tables["steps"]["number"].size:
         return
@@ -139,7 +162,13 @@ def assemble(run_dir: Path, col: dict[str, Any]) -> tuple[Profile, dict[str, Any
     if "timing" in windows:
         profile = _read(run_dir, windows["timing"])
         info["clock"] = clock = clock_offset(profile, windows["timing"].get("clock_probe", {}))
-        info["timed_steps"] = _timed_steps(profile, col, windows["timing"], clock["offset_ns"])
+        if profile.tables["steps"]["number"].size:
+            info["timed_steps"] = profile.tables["steps"]["number"].tolist()
+        else:
+            info["timed_steps"] = _timed_steps(profile, col, windows["timing"], clock["offset_ns"])
+        broken = zero_gpu_times(profile)
+        if broken:
+            info["invalid"] = broken
         if "attribution" in windows:
             attrib = _read(run_dir, windows["attribution"])
             info["attribution_clock"] = clock_offset(attrib, windows["attribution"].get("clock_probe", {}))
@@ -158,6 +187,7 @@ def assemble(run_dir: Path, col: dict[str, Any]) -> tuple[Profile, dict[str, Any
         info["timed_steps"] = profile.tables["steps"]["number"].tolist()
     else:
         raise AssembleError(_no_trace_reason(col))
+    _label_steps(profile, col)
     offset = int(info["clock"]["offset_ns"])
     samples = run_dir / col["samples_file"] if col.get("samples_file") else None
     if samples is not None and samples.is_file():

@@ -49,6 +49,8 @@ def _messages(status: str, col: dict[str, Any] | None, run_meta: dict[str, Any],
     if run_meta.get("exit_code"):
         tail = f" ({exc['type']}: {exc['message'].splitlines()[0] if exc['message'] else ''})" if exc else ""
         msgs.append(f"the script exited with code {run_meta['exit_code']}{tail}")
+    if info.get("invalid"):
+        msgs.append(info["invalid"])
     att = info.get("attribution") or {}
     pct = att.get("matched_kernels_pct")
     if pct is not None and pct < 90:

@@ -1,6 +1,6 @@
 """Joining the attribution window onto the timing window: one canonical profile from two cheap captures.
 
-The timing window records CUDA activity only (kernels, copies, runtime calls: ~1.02x step time); the attribution
+The timing window records CUDA activity and user ranges, no ops (kernels, copies, runtime calls); the attribution
 window, right after it, records CPU ops and module ranges as well (1.2–1.4x). The kernels of a training step
 repeat almost exactly from step to step (same launches, same order, same grid and block), so every timed kernel
 is matched to the kernel launched at the same place of a reference attribution step, and takes its launching op
@@ -8,14 +8,15 @@ is matched to the kernel launched at the same place of a reference attribution s
 that differ (an extra kernel, a different algorithm) are aligned with ``difflib`` on (name, grid, block), so
 only launches that agree on all of those are matched. The fraction matched is recorded in the profile's meta.
 
-The merged profile keeps the timing window's GPU rows, runtime calls and steps, and takes the attribution
-window's ops (rebased to the same trace clock) with ``step = -1``: they describe the typical step; they were not
-timed.
+The merged profile keeps the timing window's GPU rows, runtime calls, steps and its own few ops (the user ranges
+it records: ``ProfilerStep#N``, the script's ``record_function`` ranges), and appends the attribution window's ops
+(rebased to the same trace clock) with ``step = -1``: they describe the typical step; they were not timed.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,8 @@ import numpy as np
 from dnnprof.model.profile import Profile
 
 _ID_COLUMNS = ("name_id", "module_id", "stack_id", "input_dims_id")
+#: Columns of ``ops`` that hold row numbers of ``ops``.
+_OP_LINKS = ("parent_row", "fwd_row")
 #: Below this share of matched launches a timed step is compared with the other attribution steps too.
 GOOD_MATCH = 0.9
 
@@ -72,6 +75,41 @@ def _match_step(timing: Profile, attrib: Profile, t_step: int, a_step: int, tabl
     return ra, ra[ia], rb[ib]
 
 
+def _append_ops(timing: Profile, attrib: Profile) -> Callable[[np.ndarray], np.ndarray]:
+    """Append ``attrib``'s ops to ``timing``'s (kept ordered by start, every row link kept valid).
+
+    Returns the map from an op row of ``attrib`` to its row in the merged table (-1 stays -1).
+    """
+    lut = _remap(attrib, timing)
+    shift = int(attrib.meta.get("base_time_ns", 0)) - int(timing.meta.get("base_time_ns", 0))
+    own = timing.tables["ops"]
+    n_own = int(own["start_ns"].size)
+    add = {c: v.copy() for c, v in attrib.tables["ops"].items()}
+    for c in _ID_COLUMNS:
+        add[c] = lut[np.where(add[c] < 0, len(lut) - 1, add[c])]
+    add["start_ns"] += shift
+    add["step"][:] = -1
+    for c in _OP_LINKS:
+        add[c] = np.where(add[c] >= 0, add[c] + n_own, -1).astype(add[c].dtype)
+    merged = {c: np.concatenate([own[c], add[c]]) for c in own}
+    order = np.argsort(merged["start_ns"], kind="stable")
+    new_row = np.empty(order.size + 1, dtype=np.int32)
+    new_row[order] = np.arange(order.size, dtype=np.int32)
+    new_row[-1] = -1  # index -1 (no op) maps to -1
+
+    def moved(rows: np.ndarray) -> np.ndarray:
+        return new_row[np.where(rows >= 0, rows, -1)]
+
+    merged = {c: v[order] for c, v in merged.items()}
+    for c in _OP_LINKS:
+        merged[c] = moved(merged[c]).astype(merged[c].dtype)
+    timing.tables["ops"] = merged
+    for table in ("kernels", "memcpy", "memset", "runtime"):
+        t = timing.tables[table]
+        t["op_row"] = moved(t["op_row"]).astype(t["op_row"].dtype)
+    return lambda rows: moved(np.where(rows >= 0, rows + n_own, -1))
+
+
 def join_attribution(timing: Profile, attrib: Profile) -> dict[str, Any]:
     """Give ``timing`` the ops of ``attrib`` and point its kernels/copies/runtime calls at them, in place.
 
@@ -86,15 +124,8 @@ def join_attribution(timing: Profile, attrib: Profile) -> dict[str, Any]:
         timing.meta["attribution"] = stats
         return stats
 
-    # 1. The attribution ops, on the timing profile's strings and clock.
-    lut = _remap(attrib, timing)
-    shift = int(attrib.meta.get("base_time_ns", 0)) - int(timing.meta.get("base_time_ns", 0))
-    ops = {c: v.copy() for c, v in attrib.tables["ops"].items()}
-    for c in _ID_COLUMNS:
-        ops[c] = lut[np.where(ops[c] < 0, len(lut) - 1, ops[c])]
-    ops["start_ns"] += shift
-    ops["step"][:] = -1
-    timing.tables["ops"] = ops
+    # 1. The attribution ops, on the timing profile's strings and clock, after the timing window's own ops.
+    op_of = _append_ops(timing, attrib)
 
     # 2. The reference attribution step: the one that best matches the last timed step (later wins ties).
     def score(a_step: int) -> int:
@@ -112,7 +143,7 @@ def join_attribution(timing: Profile, attrib: Profile) -> dict[str, Any]:
         row: dict[str, Any] = {"step": s, "reference_step": ref}
         for table in ("kernels", "memcpy", "memset", "runtime"):
             rows, ta, tb = _match_step(timing, attrib, s, ref, table)
-            timing.tables[table]["op_row"][ta] = attrib.tables[table]["op_row"][tb]
+            timing.tables[table]["op_row"][ta] = op_of(attrib.tables[table]["op_row"][tb])
             totals[table][0] += int(ta.size)
             totals[table][1] += int(rows.size)
             if table == "kernels":

@@ -3,22 +3,28 @@
 =============  ===========================================================  ===========================
 kind           what is recorded                                             used for
 =============  ===========================================================  ===========================
-``timing``     CUDA activity only: kernels, copies, memsets, runtime calls  step times (~1.02x)
+``timing``     CUDA activity + user ranges only (no ops): kernels, copies,  step times, GPU timeline
+               memsets, runtime calls, ``ProfilerStep#N``
 ``attribution``CPU ops + CUDA + module ranges, no shapes/stacks             layers/ops, joined on timing
 ``full``       CPU + CUDA + shapes + stacks + memory events + module ranges ``--full``
 ``cpu``        CPU ops + module ranges (no CUDA in use)                     runs without a GPU
 ``whole_run``  CPU ops (+ CUDA when initialised), from the first forward    scripts with no iterations
 =============  ===========================================================  ===========================
 
-Windows with CPU activity carry ``ProfilerStep#N`` ranges (N = the run's global step index) and a
-``dnnprof.clock_sync`` range taken between two ``time.time_ns()`` readings, which ties the trace clock to the
-wall clock. A ``timing`` window has no CPU ranges; it ties the clocks with a ``cudaDeviceSynchronize`` taken
-between two wall-clock readings just before it stops (outside every measured step).
+Every window carries ``ProfilerStep#N`` ranges (N = the run's global step index) and a ``dnnprof.clock_sync`` range
+taken between two ``time.time_ns()`` readings, which ties the trace clock to the wall clock.
+
+The ``timing`` window is cheap because the profiler's op callbacks are limited to user scopes: CPU activity is on
+(``record_function`` ranges are recorded) but no ``aten`` op is. CUDA activity alone is not usable: with PyTorch
+2.11 (CUPTI 13) a session without CPU activity exports every GPU and runtime event with ``ts = dur = 0``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +32,31 @@ from dnnprof.collect.modranges import ModuleRanges, compiled_code_in_use
 
 KINDS = ("timing", "attribution", "full", "cpu", "whole_run")
 CLOCK_SYNC = "dnnprof.clock_sync"
+#: The profiler's own once-per-process notice; it would land in the profiled script's stderr.
+_QUIET = ("Profiler clears events at the end of each cycle",)
+
+
+@contextlib.contextmanager
+def _user_scope_only(torch: Any) -> Iterator[bool]:
+    """While a profiler starts, enable its op callbacks for user scopes only (``record_function`` ranges).
+
+    Yields False when this PyTorch has no way to do that (the session then records every op, at a higher cost).
+    """
+    ap = torch.autograd.profiler
+    enable = getattr(ap, "_enable_profiler", None)
+    scope = getattr(getattr(torch._C, "_profiler", None), "RecordScope", None)
+    if enable is None or scope is None or not hasattr(scope, "USER_SCOPE"):
+        yield False
+        return
+
+    def enable_user_scope(config: Any, activities: Any, *rest: Any) -> Any:
+        return enable(config, activities, {scope.USER_SCOPE})
+
+    ap._enable_profiler = enable_user_scope
+    try:
+        yield True
+    finally:
+        ap._enable_profiler = enable
 
 
 class Window:
@@ -39,7 +70,9 @@ class Window:
         self.first_step = first_step
         self.last_step = first_step - 1
         self.cuda = cuda
-        self.cpu_events = kind != "timing"
+        self.cpu_events = True  # every kind records user ranges (ProfilerStep#N, the clock probe)
+        self.ops = kind != "timing"  # whether aten ops are recorded
+        self.scopes = "all"
         self.prof: Any = None
         self.ranges: ModuleRanges | None = None
         self.ranges_note = ""
@@ -53,23 +86,32 @@ class Window:
 
     def _activities(self) -> list[Any]:
         pa = self.torch.profiler.ProfilerActivity
-        acts = [pa.CPU] if self.cpu_events else []
-        if self.cuda:
-            acts.append(pa.CUDA)
-        return acts
+        return [pa.CPU, pa.CUDA] if self.cuda else [pa.CPU]
 
     def start(self) -> None:
         torch = self.torch
         full = self.kind == "full"
-        self.prof = torch.profiler.profile(activities=self._activities(), record_shapes=full, with_stack=full,
-                                           profile_memory=full)
+        with warnings.catch_warnings():
+            for text in _QUIET:
+                warnings.filterwarnings("ignore", message=f".*{text}")
+            self.prof = torch.profiler.profile(activities=self._activities(), record_shapes=full, with_stack=full,
+                                               profile_memory=full)
         if self.kind in ("attribution", "full", "cpu"):
             if compiled_code_in_use(torch):
                 self.ranges_note = "module ranges off: torch.compile graphs in use (hooks would force recompiles)"
             else:
                 self.ranges = ModuleRanges(torch)
                 self.ranges.install()
-        self.prof.start()
+        with warnings.catch_warnings():
+            for text in _QUIET:
+                warnings.filterwarnings("ignore", message=f".*{text}")
+            if self.ops:
+                self.prof.start()
+            else:
+                with _user_scope_only(torch) as limited:
+                    self.prof.start()
+                self.scopes = "user" if limited else "all"
+                self.ops = not limited
         self.running = True
         self.started_ns = time.time_ns()
         if self.cpu_events:
@@ -96,13 +138,6 @@ class Window:
         if not self.running:
             return
         self.close_step()
-        torch = self.torch
-        if self.kind == "timing" and self.cuda:
-            torch.cuda.synchronize()  # drain the queue first, so the timed call below returns at once
-            t0 = time.time_ns()
-            torch.cuda.synchronize()
-            t1 = time.time_ns()
-            self.probe = {"method": "cuda_sync", "name": "cudaDeviceSynchronize", "t0_ns": t0, "t1_ns": t1}
         if self.ranges is not None:
             self.ranges.remove()
         self.prof.stop()
@@ -130,6 +165,8 @@ class Window:
             "last_step": self.last_step,
             "cuda": self.cuda,
             "cpu_events": self.cpu_events,
+            "ops": self.ops,
+            "op_scopes": self.scopes,
             "shapes_stacks_memory": self.kind == "full",
             "module_ranges": self.ranges is not None,
             "module_ranges_fast": bool(self.ranges and self.ranges.fast),
