@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,11 +39,11 @@ def assert_same_profile(a: Profile, b: Profile) -> None:
             assert np.array_equal(arr, other, equal_nan=arr.dtype.kind == "f"), (name, col)
 
 
-def streamed(path: Path, chunk_bytes: int, threaded: bool = False) -> Profile:
+def streamed(path: Path, chunk_bytes: int) -> Profile:
     """The streamed profile, after checking the document really streamed (no whole-buffer fallback)."""
-    cols, _ = kineto._stream(path, chunk_bytes, threaded, chunk_bytes)
+    cols, _ = kineto._stream(path, chunk_bytes)
     assert cols is not None, "fell back to the whole-buffer path"
-    return kineto._read_profile(path, None, chunk_bytes=chunk_bytes, threaded=threaded)
+    return kineto._read_profile(path, None, chunk_bytes=chunk_bytes)
 
 
 def whole(path: Path) -> Profile:
@@ -62,12 +61,12 @@ def test_real_traces_stream_to_the_same_profile(path: Path) -> None:
     reference = whole(path)
     assert reference.tables["ops"]["start_ns"].size > 0
     assert_same_profile(streamed(path, 4096), reference)
-    assert_same_profile(kineto.read_kineto(path), reference)  # default chunk size, inflated in a thread
+    assert_same_profile(kineto.read_kineto(path), reference)  # default chunk size
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 97, 1000])
 def test_tiny_chunks_cut_everywhere(chunk_bytes: int) -> None:
-    assert_same_profile(streamed(CPU_MLP, chunk_bytes, threaded=chunk_bytes == 97), whole(CPU_MLP))
+    assert_same_profile(streamed(CPU_MLP, chunk_bytes), whole(CPU_MLP))
 
 
 @pytest.mark.parametrize("dumps", [{}, {"separators": (",", ":")}, {"indent": 1}], ids=["spaces", "compact", "indent1"])
@@ -113,10 +112,8 @@ def test_boundaries_inside_strings_and_nested_objects(tmp_path: Path, dumps: dic
     assert reference.tables["ops"]["input_dims_id"].min() >= 0
     assert reference.meta["base_time_ns"] == 1000
     for chunk_bytes in (1, 50, 333, 4096):
-        for threaded in (False, True):
-            # Cuts inside nested objects either decode to the same events or fall back: never a different profile.
-            assert_same_profile(kineto._read_profile(path, None, chunk_bytes=chunk_bytes, threaded=threaded),
-                                reference)
+        # Cuts inside nested objects either decode to the same events or fall back: never a different profile.
+        assert_same_profile(kineto._read_profile(path, None, chunk_bytes=chunk_bytes), reference)
     assert_same_profile(streamed(path, 100_000), reference)
 
 
@@ -192,22 +189,11 @@ def test_truncated_and_corrupt_gzip_while_streaming(tmp_path: Path, cut: int) ->
     assert str(info.value) == str(reference.value)
 
 
-def test_background_inflate_stops_when_the_reader_gives_up(tmp_path: Path) -> None:
-    raw = gzip.decompress(GPT2.read_bytes())
-    path = tmp_path / "t.json.gz"
-    i = raw.index(b'"ph": "X"', len(raw) // 3)
-    path.write_bytes(gzip.compress(raw[:i] + b'"ph": X' + raw[i + 9:]))  # not JSON a third of the way in
-    before = threading.active_count()
-    with pytest.raises(TraceError, match="invalid JSON"):
-        kineto._read_profile(path, None, chunk_bytes=4096, threaded=True)
-    assert threading.active_count() == before
-
-
 def test_missing_file_while_streaming(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="no such file"):
-        kineto._read_profile(tmp_path / "nope.json.gz", None, threaded=True)
+        kineto._read_profile(tmp_path / "nope.json.gz", None)
     with pytest.raises(TraceError, match="is a directory"):
-        kineto._read_profile(tmp_path, None, threaded=False)
+        kineto._read_profile(tmp_path, None)
 
 
 # --- the splitter on its own ------------------------------------------------------------------------------------

@@ -6,8 +6,7 @@ Format drift across torch 2.0–2.11 is handled here and nowhere else:
 * ``distributedInfo`` may be missing (single process), as may ``deviceProperties`` (CPU-only traces);
 * args appear and disappear between versions (``Record function id``, ``graph id``, ``occupancy`` …).
 
-The file is streamed: gunzipped in pieces (in a second thread: zlib releases the GIL), split into arrays of a
-few thousand whole events (:mod:`dnnprof.ingest.trace_stream`), each decoded with msgspec typed structs for the
+The file is streamed: gunzipped in pieces, split into arrays of a few thousand whole events (:mod:`dnnprof.ingest.trace_stream`), each decoded with msgspec typed structs for the
 fields dnnprof needs and turned into compact columns at once (:mod:`dnnprof.ingest.kineto_tables`). Events are
 a union tagged by ``ph``: complete ('X') events carry what the tables need, every other phase only what a
 ``fwdbwd`` flow needs, so the ~half of all events that are ``ac2g`` flows cost little. When a field's type
@@ -29,7 +28,7 @@ import numpy as np
 
 from dnnprof.ingest.errors import TraceError
 from dnnprof.ingest.kineto_tables import EventColumns, distinct
-from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, in_background, read_pieces, split_events
+from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, read_pieces, split_events
 from dnnprof.model.device import DeviceInfo
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
@@ -335,14 +334,13 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Profile:
     return _read_profile(Path(path), rank)
 
 
-def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, stream: bool = True,
-                  threaded: bool = True, piece_bytes: int | None = None) -> Profile:
-    """read_kineto with the knobs the tests turn: chunk size, streaming or one buffer, background inflate."""
+def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, stream: bool = True) -> Profile:
+    """read_kineto with the knobs the tests turn: chunk size, streaming or one buffer."""
     # Many small, acyclic objects: the cyclic GC would only rescan them over and over.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        cols, trace = _stream(path, chunk_bytes, threaded, piece_bytes or chunk_bytes) if stream else (None, None)
+        cols, trace = _stream(path, chunk_bytes) if stream else (None, None)
         if cols is None or trace is None:
             cols, trace = EventColumns(), _decode(path, read_bytes(path))
             _add_events(cols, trace.traceEvents)
@@ -353,7 +351,7 @@ def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, 
             gc.enable()
 
 
-def _stream(path: Path, chunk_bytes: int, threaded: bool, piece_bytes: int) -> tuple[EventColumns | None, _Trace | None]:
+def _stream(path: Path, chunk_bytes: int) -> tuple[EventColumns | None, _Trace | None]:
     """Columns and the document without its events, decoded chunk by chunk; (None, None) when the document does
     not split (the caller then decodes the whole buffer). File and gzip errors are raised as they are found."""
     cols = EventColumns()
@@ -361,10 +359,7 @@ def _stream(path: Path, chunk_bytes: int, threaded: bool, piece_bytes: int) -> t
     def on_chunk(chunk: memoryview) -> None:
         _add_events(cols, _decode_events(chunk))
 
-    pieces = read_pieces(path, piece_bytes)
-    if threaded:
-        pieces = in_background(pieces)
-    with contextlib.closing(pieces):
+    with contextlib.closing(read_pieces(path, chunk_bytes)) as pieces:
         try:
             envelope = split_events(pieces, on_chunk, chunk_bytes)
             return cols, _decode_envelope(envelope)

@@ -15,10 +15,7 @@ which also produces the precise error message for files that are not valid trace
 
 from __future__ import annotations
 
-import contextlib
-import queue
 import re
-import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,8 +24,9 @@ import msgspec
 
 from dnnprof.ingest.errors import TraceError
 
-#: Decoded text per chunk: large enough that per-chunk overheads vanish, small enough to bound memory.
-CHUNK_BYTES = 1 << 20
+#: Decoded text per chunk: large enough that per-chunk overheads vanish, small enough that the text and its
+#: decoded events stay in a core's cache (256-768 KiB measured fastest on a 512 KiB-L2 EPYC; 2 MiB is 50% slower).
+CHUNK_BYTES = 1 << 19
 
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _SEPARATOR = re.compile(rb"\s*,\s*\{")  # after an event's closing brace: the comma and the next event's opening
@@ -91,43 +89,6 @@ def _inflate(path: Path, raw: bytes, piece_bytes: int) -> Iterator[bytes]:
         raise TraceError(f"{path}: corrupt gzip ({e})") from None
     if not d.eof:
         raise TraceError(f"{path}: truncated gzip (the file ends before the compressed data does)")
-
-
-_END = object()
-
-
-def in_background(pieces: Iterator[bytes], depth: int = 2) -> Iterator[bytes]:
-    """The same pieces, produced by a thread up to ``depth`` ahead (zlib releases the GIL while inflating).
-
-    Errors of the producer are raised in the consumer; a consumer that stops early stops the producer.
-    """
-    q: queue.Queue[object] = queue.Queue(depth)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for piece in pieces:
-                q.put(piece)
-                if stop.is_set():
-                    return
-        except TraceError as e:
-            q.put(e)
-        finally:
-            q.put(_END)
-
-    t = threading.Thread(target=produce, name="dnnprof-inflate", daemon=True)
-    t.start()
-    try:
-        while (item := q.get()) is not _END:
-            if isinstance(item, TraceError):
-                raise item
-            yield item  # type: ignore[misc]
-    finally:
-        stop.set()
-        while t.is_alive():  # unblock a producer waiting on a full queue
-            with contextlib.suppress(queue.Empty):
-                q.get(timeout=0.05)
-        t.join()
 
 
 def split_events(pieces: Iterator[bytes], on_chunk: Callable[[memoryview], None],
