@@ -99,6 +99,11 @@ def _tricky_doc() -> dict[str, Any]:
                        "dur": 4.0, "args": {"device": 0, "stream": 7, "correlation": 100 + i, "grid": [i + 1, 1, 1],
                                             "block": [128, 1, 1], "registers per thread": 32}})
         events.append({"ph": "f", "cat": "ac2g", "id": 100 + i, "pid": 0, "tid": 7, "ts": 10.0 * i + 3})
+        if i % 9 == 4:  # no args at all, or empty args
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": 1,
+                           "ts": 10.0 * i + 5, "dur": 1.0})
+            events.append({"ph": "X", "cat": "kernel", "name": "k_noargs", "pid": 0, "tid": 7, "ts": 10.0 * i + 6,
+                           "dur": 1.0, "args": {} if i % 2 else None})
     return {"schemaVersion": 1, "note": 'a "traceEvents" lookalike ]', "traceEvents": events,
             "traceName": "x]}", "extra": [{"a": "]"}, [1, 2]], "baseTimeNanoseconds": 1000}
 

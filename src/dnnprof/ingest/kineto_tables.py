@@ -60,10 +60,10 @@ def _ints(values: list[Any], default: int = -1) -> np.ndarray:
 def _dims(values: list[Any]) -> np.ndarray:
     """(n, 3) int64 grid/block sizes; (-1, -1, -1) where missing or not three numbers."""
     try:
-        a = np.array(values, dtype=np.int64)
-        if a.shape == (len(values), 3):
-            return a
-    except (TypeError, ValueError):
+        if set(map(len, values)) <= {3}:
+            flat = struct.pack(f"{3 * len(values)}q", *itertools.chain.from_iterable(values))
+            return np.frombuffer(flat, dtype=np.int64).reshape(-1, 3)
+    except (TypeError, struct.error):  # None (no len) or not ints
         pass
     return np.array([v if v is not None and len(v) == 3 else _GRID_UNKNOWN for v in values],
                     dtype=np.int64).reshape(-1, 3)
@@ -155,15 +155,18 @@ class EventColumns:
                 continue
             cols = {"ts": _floats([e.ts for e in evs]), "dur": _floats([e.dur for e in evs]),
                     "name": self._ids(evs)}
-            args = [e.args or _NO_ARGS for e in evs]
-            if table == "ops":
-                self._op_columns(cols, evs, args)
-            elif table == "runtime":
+            if table == "runtime":  # the most numerous: two args, read without a list of args in between
                 cols["tid"] = _tids([e.tid for e in evs])
-                cols["correlation"] = _ints([a.correlation for a in args])
-                cols["cbid"] = _ints([a.cbid for a in args])
+                try:
+                    cols["correlation"] = _ints([e.args.correlation for e in evs])
+                    cols["cbid"] = _ints([e.args.cbid for e in evs])
+                except AttributeError:  # an event without args
+                    cols["correlation"] = _ints([(e.args or _NO_ARGS).correlation for e in evs])
+                    cols["cbid"] = _ints([(e.args or _NO_ARGS).cbid for e in evs])
+            elif table == "ops":
+                self._op_columns(cols, evs, [e.args or _NO_ARGS for e in evs])
             else:
-                self._gpu_columns(table, cols, evs, args)
+                self._gpu_columns(table, cols, evs, [e.args or _NO_ARGS for e in evs])
             self._parts.setdefault(cat, []).append(cols)
 
     def _ids(self, evs: list[Any]) -> np.ndarray:
