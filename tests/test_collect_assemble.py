@@ -153,7 +153,8 @@ def test_legacy_cuda_only_timing_window_gets_steps_from_boundaries(tmp_path: Pat
 
 
 def test_timing_trace_without_gpu_times_is_reported(tmp_path: Path) -> None:
-    """What a CUDA-only session exports with PyTorch 2.11 on an H100: every GPU/runtime event at ts = dur = 0."""
+    """What Kineto wrote (PyTorch 2.11, H100) for a timing trace saved after the attribution session had started:
+    every GPU/runtime event at ts = dur = 0."""
     col = make_run(tmp_path, legacy=True)
     path = tmp_path / "trace" / "timing.json.gz"
     doc = json.loads(gzip.decompress(path.read_bytes()))

@@ -80,6 +80,9 @@ def test_default_mode_sequence_and_join(tmp_path: Path, fake_cuda: None) -> None
     assert windows["timing"]["clock_probe"]["method"] == "record_function"
     assert windows["timing"]["op_scopes"] == "user" and not windows["timing"]["ops"]
     assert windows["attribution"]["op_scopes"] == "all" and windows["attribution"]["ops"]
+    # Each window is written before the next session starts (Kineto converts GPU times when a trace is saved).
+    assert 0 < windows["timing"]["exported_ns"] < windows["attribution"]["started_ns"]
+    assert windows["attribution"]["exported_ns"] > windows["attribution"]["stopped_ns"]
     assert col["plan"]["pre_baseline"] == [2, 3] and col["plan"]["post_baseline"] == [10, 12]
     assert col["memory"]["per_step"]["step"] == list(range(2, 12))
     static = col["memory"]["static"]

@@ -1,7 +1,7 @@
 """Is each kind of profiler window valid, and what does it cost? One fresh process per scenario.
 
 Run on the GPU machine (dnnprof from this checkout on PYTHONPATH, transformers present):
-    OUT=out python benchmarks/gpu/timing_window_probe.py                 # ~1.5 min on an H100
+    OUT=out python benchmarks/gpu/timing_window_probe.py                 # ~1 min on an H100
     OUT=out python benchmarks/gpu/timing_window_probe.py --only timing,none
     python benchmarks/gpu/timing_window_probe.py --smoke                  # CPU check of this harness
 
@@ -12,10 +12,12 @@ unprofiled steps. Reported: median step before / inside / after the window (the 
 the CUPTI teardown and is shown apart), stop and export seconds, and whether the trace has GPU times (kernels with
 a non-zero duration): PyTorch 2.11's CUDA-only sessions export ``ts = dur = 0`` for every GPU event.
 
-Scenarios: ``none``; ``cuda_only`` (torch.profiler, CUDA activity alone); ``timing`` (dnnprof's timing window:
-CUDA + user ranges, no ops); ``timing_samplers`` (the same with the host stack sampler and the NVML/GPM sampler,
-as in default mode); ``kernels_only`` (CUDA GPU activity without runtime-call records, where this PyTorch accepts
-activity filters); ``attribution``; ``full`` (shapes, stacks, memory, module ranges); ``full_nostack``.
+Scenarios: ``none``; ``cuda_only`` (torch.profiler, CUDA activity alone, saved right after it stops);
+``timing`` (dnnprof's timing window: CUDA + user ranges, no ops); ``timing_nvml20`` / ``timing_nvml50`` (plus the
+NVML/GPM sampler every 20 / 50 ms); ``timing_stack`` (plus the host stack sampler, 10 ms); ``full_nostack``
+(CPU ops, shapes, memory events, module ranges: ``--full`` without Python stacks). With ``--only``, also:
+``timing_samplers`` (stack + NVML 20 ms), ``kernels_only`` (GPU activity without runtime-call records, where this
+PyTorch accepts activity filters), ``attribution``, ``full``.
 Writes $OUT/timing_window_probe.json and prints a table last.
 """
 
@@ -34,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = ("none", "cuda_only", "timing", "timing_samplers", "kernels_only", "attribution", "full", "full_nostack")
+SCENARIOS = ("none", "cuda_only", "timing", "timing_nvml20", "timing_nvml50", "timing_stack", "full_nostack")
+#: Run only when named with --only.
+EXTRA = ("timing_samplers", "kernels_only", "attribution", "full")
 WARM, WINDOW, AFTER = 6, 10, 10
 
 
@@ -55,8 +59,9 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
 
     cuda = torch.cuda.is_available()
     state: dict[str, Any] = {}
-    if scenario in ("timing", "timing_samplers", "attribution", "full", "full_nostack"):
-        kind = {"timing_samplers": "timing", "full_nostack": "attribution"}.get(scenario, scenario)
+    if scenario in ("timing", "timing_samplers", "timing_nvml20", "timing_nvml50", "timing_stack", "attribution",
+                    "full", "full_nostack"):
+        kind = "timing" if scenario.startswith("timing") else {"full_nostack": "attribution"}.get(scenario, scenario)
 
         def start(k: int) -> None:
             w = Window(torch, kind, k, cuda=cuda)
@@ -75,8 +80,8 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
                 w.start()
             w.open_step(k)
             state["w"] = w
-            if scenario == "timing_samplers":
-                state["samplers"] = _samplers(torch)
+            if scenario != "timing" and scenario.startswith("timing"):
+                state["samplers"] = _samplers(torch, scenario)
 
         def step(k: int) -> None:
             state["w"].close_step()
@@ -122,18 +127,19 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
     return (lambda k: None), (lambda k: None), (lambda: {})
 
 
-def _samplers(torch: Any) -> list[Any]:
+def _samplers(torch: Any, scenario: str) -> list[Any]:
+    """The host stack sampler (10 ms) and/or the NVML/GPM sampler (20 or 50 ms), as the scenario names."""
     from dnnprof.collect.nvml import Nvml
     from dnnprof.collect.sampler import NvmlSampler
     from dnnprof.collect.stacks import StackSampler
 
-    out: list[Any] = [StackSampler()]
+    out: list[Any] = [StackSampler()] if scenario in ("timing_samplers", "timing_stack") else []
     nvml = Nvml()
-    if torch.cuda.is_available() and nvml.open():
+    if "stack" not in scenario and torch.cuda.is_available() and nvml.open():
         uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None)
         h = nvml.handle(index=None if os.environ.get("CUDA_VISIBLE_DEVICES") else 0, uuid=str(uuid) if uuid else None)
         if h is not None:
-            out.append(NvmlSampler(nvml, [(0, h)]))
+            out.append(NvmlSampler(nvml, [(0, h)], period_s=0.02 if scenario != "timing_nvml50" else 0.05))
     for s in out:
         s.start()
     return out
@@ -185,7 +191,7 @@ def main() -> None:
         print("RESULT " + json.dumps(child(a.child, tmp, a.smoke)))
         return
     rows = []
-    for name in [s for s in SCENARIOS if not a.only or s in a.only.split(",")]:
+    for name in [s for s in (*SCENARIOS, *EXTRA) if (s in a.only.split(",") if a.only else s in SCENARIOS)]:
         cmd = [sys.executable, __file__, "--child", name, *(["--smoke"] if a.smoke else [])]
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -41,7 +41,7 @@ def profile(
     counters: bool = typer.Option(False, "--counters", help="Then run one step under Nsight Compute for hardware "
                                                              "counters."),
     no_nvml: bool = typer.Option(False, "--no-nvml", help="Do not sample NVML/GPM."),
-    nvml_period_ms: float = typer.Option(20.0, "--nvml-period-ms", help="NVML/GPM sampling period (5–1000 ms)."),
+    nvml_period_ms: float = typer.Option(50.0, "--nvml-period-ms", help="NVML/GPM sampling period (5–1000 ms)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and notes."),
 ) -> None:
     """Profile a built-in workload: model, real DataLoader, train or inference steps, in a child process."""

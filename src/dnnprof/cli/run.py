@@ -99,7 +99,7 @@ def run(
     stop_after_profile: bool = typer.Option(False, "--stop-after-profile", help="End the script once the profile "
                                                                                 "is collected."),
     no_nvml: bool = typer.Option(False, "--no-nvml", help="Do not sample NVML/GPM."),
-    nvml_period_ms: float = typer.Option(20.0, "--nvml-period-ms", help="NVML/GPM sampling period (5–1000 ms)."),
+    nvml_period_ms: float = typer.Option(50.0, "--nvml-period-ms", help="NVML/GPM sampling period (5–1000 ms)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and notes."),
 ) -> None:
     """Profile an unmodified script: dnnprof run [OPTIONS] -- python train.py ARGS…

@@ -5,8 +5,8 @@
 * steps: every window carries ``ProfilerStep#N`` ranges, which the Kineto reader already turned into steps; a
   trace without them (a CUDA-only timing window of an older dnnprof) gets its steps from the collector's boundary
   times, moved onto the trace clock;
-* validity: a trace whose GPU events all have zero times (what a CUDA-only torch.profiler session exports with
-  PyTorch 2.11) cannot time anything; this is said, not hidden;
+* validity: a trace whose GPU events all have zero times (what Kineto writes for a session saved after a later
+  session started; older dnnprof runs did that) cannot time anything; this is said, not hidden;
 * attribution: the attribution window is joined onto the timing window (``join``);
 * module ranges: recorded with the fast record-function (Kineto files them as ``cpu_op``), relabelled here as the
   ``user_annotation`` ranges they are;
@@ -113,9 +113,8 @@ def zero_gpu_times(profile: Profile) -> str:
     k = profile.tables["kernels"]
     if k["dur_ns"].size == 0 or np.any(k["dur_ns"] > 0):
         return ""
-    return (f"the timing trace has {k['dur_ns'].size} kernels, all with zero start and duration (torch.profiler "
-            "with CUDA activity but no CPU activity exports no GPU times with this PyTorch): kernel times are "
-            "unknown")
+    return (f"the timing trace has {k['dur_ns'].size} kernels, all with zero start and duration (Kineto writes "
+            "that for a trace saved after another profiler session started): kernel times are unknown")
 
 
 def _whole_trace_step(profile: Profile) -> None:

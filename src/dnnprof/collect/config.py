@@ -47,7 +47,7 @@ class CollectorConfig:
     step_marker: str | None = None
     stop_after_profile: bool = False
     nvml: bool = True
-    nvml_period_s: float = 0.02
+    nvml_period_s: float = 0.05
     host_sampling: bool = True
     host_period_s: float = 0.01
     counters: bool = False

@@ -251,6 +251,8 @@ class Controller:
             self.main.stop()
         self.cpu_window = None
         self._static_memory()
+        if self.main is not None:  # now, before another session starts: see Window.export
+            self.main.export(self.dir / "trace")
 
     def _start_attribution(self, k: int) -> None:
         self.attrib = Window(self.torch, "attribution", k, cuda=self._cuda_in_use())
@@ -262,6 +264,8 @@ class Controller:
             self.attrib.stop()
         self.cpu_window = None
         self._static_memory()
+        if self.attrib is not None:
+            self.attrib.export(self.dir / "trace")
 
     def _stop_sampling(self, k: int) -> None:
         if self.sampler is not None:
@@ -270,7 +274,7 @@ class Controller:
     def _export(self, k: int) -> None:
         for w in (self.main, self.attrib):
             if w is not None:
-                w.export(self.dir / "trace")
+                w.export(self.dir / "trace")  # each window was written when it stopped; this is a no-op
         self.exported = True
         self.status = "complete"
         self.write_results()
@@ -329,14 +333,12 @@ class Controller:
                 self.status = "too_few_steps" if self.source else "no_steps"
             else:
                 self.status = "partial"
-                for w in (self.main, self.attrib):
-                    if w is not None:
-                        w.stop()
                 if self.stacks is not None:
                     self.stacks.stop()
-                self._static_memory()
-                for w in (self.main, self.attrib):
+                for w in (self.main, self.attrib):  # stop and write each window before the next one's turn
                     if w is not None:
+                        w.stop()
+                        self._static_memory()
                         w.export(self.dir / "trace")
         if self.sampler is not None:
             self.sampler.stop()

@@ -15,8 +15,12 @@ Every window carries ``ProfilerStep#N`` ranges (N = the run's global step index)
 taken between two ``time.time_ns()`` readings, which ties the trace clock to the wall clock.
 
 The ``timing`` window is cheap because the profiler's op callbacks are limited to user scopes: CPU activity is on
-(``record_function`` ranges are recorded) but no ``aten`` op is. CUDA activity alone is not usable: with PyTorch
-2.11 (CUPTI 13) a session without CPU activity exports every GPU and runtime event with ``ts = dur = 0``.
+(``record_function`` ranges are recorded) but no ``aten`` op is.
+
+A window must be exported as soon as it stops, before the next session starts. Kineto converts CUPTI's GPU and
+runtime timestamps (TSC ticks) lazily, when the trace is saved, with one process-wide converter that every new
+session replaces; the converter maps ticks from before its own start to 0. A trace saved after a later session
+has started comes out with ``ts = dur = 0`` on every GPU and runtime event (seen with PyTorch 2.11 on an H100).
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ class Window:
         self.stopped_ns = 0
         self.trace = ""
         self.export_s = 0.0
+        self.exported_ns = 0
         self.running = False
 
     def _activities(self) -> list[Any]:
@@ -145,7 +150,8 @@ class Window:
         self.stopped_ns = time.time_ns()
 
     def export(self, directory: Path) -> str:
-        """Write the trace as ``<directory>/<kind>.json.gz``; returns its path relative to the run directory."""
+        """Stop, then write the trace as ``<directory>/<kind>.json.gz``; returns its path relative to the run
+        directory. Call it before any other profiler session starts (GPU times are converted when it runs)."""
         if self.prof is None or self.trace:
             return self.trace
         self.stop()
@@ -154,6 +160,7 @@ class Window:
         t = time.perf_counter()
         self.prof.export_chrome_trace(str(path))
         self.export_s = time.perf_counter() - t
+        self.exported_ns = time.time_ns()
         self.prof = None  # free the events
         self.trace = f"{directory.name}/{path.name}"
         return self.trace
@@ -177,4 +184,5 @@ class Window:
             "stopped_ns": self.stopped_ns,
             "trace": self.trace,
             "export_s": round(self.export_s, 3),
+            "exported_ns": self.exported_ns,
         }
