@@ -259,11 +259,15 @@ def _nest_reference(tid: list[int], start: list[int], dur: list[int]) -> tuple[l
     return parent, depth
 
 
+@pytest.mark.parametrize("rounds", [8, 0])  # 0: every thread takes the stack-walk fallback
 @pytest.mark.parametrize("seed", range(40))
-def test_nest_matches_the_stack_walk_with_jitter_and_ties(seed: int) -> None:
+def test_nest_matches_the_stack_walk_with_jitter_and_ties(seed: int, rounds: int,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from dnnprof.ingest import kineto_tables
     from dnnprof.ingest.kineto_tables import nest
     from dnnprof.model.schema import empty_table
 
+    monkeypatch.setattr(kineto_tables, "_POP_ROUNDS", rounds)
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 400))
     start = np.sort(rng.integers(0, 60 if seed % 2 else 5000, n))  # small ranges: many equal starts
@@ -277,6 +281,24 @@ def test_nest_matches_the_stack_walk_with_jitter_and_ties(seed: int) -> None:
     parent, depth = _nest_reference(t["tid"].tolist(), t["start_ns"].tolist(), t["dur_ns"].tolist())
     assert t["parent_row"].tolist() == parent
     assert t["depth"].tolist() == depth
+
+
+def test_nest_of_a_long_chain_of_overlapping_ranges() -> None:
+    """Ranges that overlap without nesting (each ends after the next starts) defeat the vectorised rounds;
+    the fallback must give the stack walk's answer, fast."""
+    from dnnprof.ingest.kineto_tables import nest
+    from dnnprof.model.schema import empty_table
+
+    n = 20_000
+    t = empty_table("ops", n)
+    t["tid"][:] = 1
+    t["start_ns"][:] = np.arange(n)
+    t["dur_ns"][:] = 10
+    nest(t)
+    parent, depth = _nest_reference(t["tid"].tolist(), t["start_ns"].tolist(), t["dur_ns"].tolist())
+    assert t["parent_row"].tolist() == parent
+    assert t["depth"].tolist() == depth
+    assert max(depth) > 1000  # a deep chain: nothing ever closes before its successor
 
 
 @pytest.mark.parametrize("path", [GPT2, DEEPSPEECH, *RECORDED[:3]], ids=lambda p: p.parent.name + "/" + p.name)

@@ -356,8 +356,10 @@ def nest(t: dict[str, np.ndarray]) -> None:
 def _nest_thread(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(parent, depth) of one thread's ops in order, as local indexes (-1: no parent)."""
     m = s.size
+    pops = _pop_steps(s, e, _POP_ROUNDS)
+    if pops is None:
+        return _walk_thread(s.tolist(), e.tolist())
     idx = np.arange(m)
-    pops = _pop_steps(s, e)
     # On the stack at step k: every j < k not yet popped (pops[j] > k).
     depth = idx - np.searchsorted(np.sort(pops), idx, side="right")
     # The parent is the last earlier op one level up: everything pushed after it, while it was open, is deeper.
@@ -368,8 +370,14 @@ def _nest_thread(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return parent, depth
 
 
-def _pop_steps(s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """For each op j, the step at which the stack walk pops it (m when never).
+#: Rounds of :func:`_pop_steps` before falling back to the stack walk (real traces converge in one or two;
+#: chains of overlapping, unnested ranges would need one round per link).
+_POP_ROUNDS = 8
+
+
+def _pop_steps(s: np.ndarray, e: np.ndarray, rounds: int) -> np.ndarray | None:
+    """For each op j, the step at which the stack walk pops it (m when never); None when not settled in
+    ``rounds`` rounds.
 
     j is popped at the first step k > j whose start reaches the latest end among ops j..k-1 (those still above
     j keep it open). Found by raising a lower bound: first k with s[k] >= e[j], then with s[k] >= max(e[j:k]),
@@ -382,10 +390,9 @@ def _pop_steps(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     while (1 << len(levels)) <= m:
         prev, w = levels[-1], 1 << (len(levels) - 1)
         levels.append(np.maximum(prev[:-w], prev[w:]))
-    while True:
+    for _ in range(rounds):
         hi = np.minimum(pops, m)
-        span = hi - idx  # >= 1
-        lv = np.floor(np.log2(span)).astype(np.int64)
+        lv = np.floor(np.log2(hi - idx)).astype(np.int64)  # spans are >= 1
         reach = np.empty(m, dtype=e.dtype)
         for level in np.unique(lv, return_index=True)[0].tolist():
             sel = np.flatnonzero(lv == level)
@@ -395,6 +402,23 @@ def _pop_steps(s: np.ndarray, e: np.ndarray) -> np.ndarray:
         if np.array_equal(moved, pops):
             return pops
         pops = moved
+    return None
+
+
+def _walk_thread(starts: list[int], ends: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The stack walk itself, for one thread (the fallback of :func:`_nest_thread`)."""
+    parent = [-1] * len(starts)
+    depth = [0] * len(starts)
+    open_rows: list[int] = []  # the enclosing ops still open, outermost first
+    for k, s in enumerate(starts):
+        while open_rows and ends[open_rows[-1]] <= s:
+            open_rows.pop()
+        # A child that outlives its parent (clock jitter) is still nested if it starts inside it.
+        if open_rows:
+            parent[k] = open_rows[-1]
+            depth[k] = len(open_rows)
+        open_rows.append(k)
+    return np.array(parent, dtype=np.int64), np.array(depth, dtype=np.int64)
 
 
 def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarray) -> np.ndarray:
