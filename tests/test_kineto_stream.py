@@ -146,6 +146,19 @@ def test_bare_array_and_empty_array(tmp_path: Path) -> None:
     assert p.tables["ops"]["start_ns"].size == 0 and p.meta["base_time_ns"] == 5
 
 
+def test_events_without_ph_in_a_document_that_does_not_split(tmp_path: Path) -> None:
+    """The whole-buffer path meets a missing 'ph' as a drifted event, not as a missing 'traceEvents'."""
+    doc = load_raw(CPU_MLP)
+    doc["traceEvents"].insert(3, {"cat": "cpu_op", "name": "no phase", "ts": 1.0, "dur": 1.0})
+    plain = write(tmp_path / "plain.json", doc)
+    doc["meta"] = {"traceEvents": "a second key the splitter will not guess about"}
+    odd = write(tmp_path / "odd.json", doc)
+    assert kineto._stream(odd, 1024)[0] is None  # falls back
+    a, b = whole(odd), streamed(plain, 1024)
+    assert a.tables["ops"]["start_ns"].size == b.tables["ops"]["start_ns"].size > 0
+    assert a.strings == b.strings
+
+
 @pytest.mark.parametrize("make", [
     lambda raw: raw[: len(raw) // 2] + b"@@" + raw[len(raw) // 2 + 2:],   # broken somewhere in the events
     lambda raw: raw + b" trailing",

@@ -6,10 +6,11 @@ Format drift across torch 2.0–2.11 is handled here and nowhere else:
 * ``distributedInfo`` may be missing (single process), as may ``deviceProperties`` (CPU-only traces);
 * args appear and disappear between versions (``Record function id``, ``graph id``, ``occupancy`` …).
 
-The file is streamed: gunzipped in pieces, split into arrays of a few thousand whole events (:mod:`dnnprof.ingest.trace_stream`), each decoded with msgspec typed structs for the
-fields dnnprof needs and turned into compact columns at once (:mod:`dnnprof.ingest.kineto_tables`). Events are
-a union tagged by ``ph``: complete ('X') events carry what the tables need, every other phase only what a
-``fwdbwd`` flow needs, so the ~half of all events that are ``ac2g`` flows cost little. When a field's type
+The file is streamed: gunzipped in pieces, split into arrays of a few thousand whole events
+(:mod:`dnnprof.ingest.trace_stream`), each decoded with msgspec typed structs for the fields dnnprof needs and
+turned into compact columns at once (:mod:`dnnprof.ingest.kineto_tables`). Events are a union tagged by ``ph``:
+complete ('X') events carry what the tables need, every other phase only what a ``fwdbwd`` flow needs, so the
+~half of all events that are ``ac2g`` flows cost little. When a field's type
 drifted in a way the strict structs reject, that chunk is decoded again with lenient structs and coerced here.
 A document the splitter cannot handle is decoded as one buffer, with the same structs and the same result.
 """
@@ -198,7 +199,7 @@ def _decode(path: Path, data: bytes) -> _Trace:
     try:
         return msgspec.json.decode(data, type=_Trace)
     except msgspec.ValidationError as strict_error:
-        if "traceEvents" in str(strict_error) and "missing required field" in str(strict_error):
+        if "missing required field `traceEvents`" in str(strict_error):
             raise TraceError(f"{path}: JSON but not a Chrome/Kineto trace (no 'traceEvents')") from None
         try:
             return _coerce(msgspec.json.decode(data, type=_LenientTrace))

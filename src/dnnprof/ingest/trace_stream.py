@@ -7,7 +7,7 @@ Event boundaries are found cheaply (an event's closing ``}`` followed by ``,`` a
 by the decoder rather than trusted: JSON is parsed left to right with a state fixed by the prefix, so when
 ``[`` + a stretch of the ``traceEvents`` array + ``]`` decodes, the stretch ended exactly between two elements of
 that array. When the cut was wrong (a ``}, {`` inside an event's nested objects) the stretch fails to decode and
-an earlier cut is tried. The rest of the document (everything but the events) is checked the same way: it must
+another cut is tried. The rest of the document (everything but the events) is checked the same way: it must
 decode with an empty ``traceEvents`` array in place, the key must sit at the top level and appear once. Any
 document that does not fit this shape raises :class:`SplitError`; the caller then decodes the whole buffer,
 which also produces the precise error message for files that are not valid traces.
