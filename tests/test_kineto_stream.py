@@ -276,11 +276,11 @@ def _nest_reference(tid: list[int], start: list[int], dur: list[int]) -> tuple[l
 @pytest.mark.parametrize("seed", range(40))
 def test_nest_matches_the_stack_walk_with_jitter_and_ties(seed: int, rounds: int,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from dnnprof.ingest import kineto_tables
-    from dnnprof.ingest.kineto_tables import nest
+    from dnnprof.ingest import nesting
+    from dnnprof.ingest.nesting import nest
     from dnnprof.model.schema import empty_table
 
-    monkeypatch.setattr(kineto_tables, "_POP_ROUNDS", rounds)
+    monkeypatch.setattr(nesting, "_POP_ROUNDS", rounds)
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 400))
     start = np.sort(rng.integers(0, 60 if seed % 2 else 5000, n))  # small ranges: many equal starts
@@ -299,7 +299,7 @@ def test_nest_matches_the_stack_walk_with_jitter_and_ties(seed: int, rounds: int
 def test_nest_of_a_long_chain_of_overlapping_ranges() -> None:
     """Ranges that overlap without nesting (each ends after the next starts) defeat the vectorised rounds;
     the fallback must give the stack walk's answer, fast."""
-    from dnnprof.ingest.kineto_tables import nest
+    from dnnprof.ingest.nesting import nest
     from dnnprof.model.schema import empty_table
 
     n = 20_000

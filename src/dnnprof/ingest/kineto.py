@@ -28,7 +28,8 @@ import msgspec
 import numpy as np
 
 from dnnprof.ingest.errors import TraceError
-from dnnprof.ingest.kineto_tables import EventColumns, distinct
+from dnnprof.ingest.kineto_tables import EventColumns
+from dnnprof.ingest.nesting import distinct
 from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, read_pieces, split_events
 from dnnprof.model.device import DeviceInfo
 from dnnprof.model.profile import Profile
