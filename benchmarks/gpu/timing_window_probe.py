@@ -1,7 +1,7 @@
 """Is each kind of profiler window valid, and what does it cost? One fresh process per scenario.
 
 Run on the GPU machine (dnnprof from this checkout on PYTHONPATH, transformers present):
-    OUT=out python benchmarks/gpu/timing_window_probe.py                 # ~1 min on an H100
+    OUT=out python benchmarks/gpu/timing_window_probe.py                 # ~2 min on an H100 (7 fresh processes)
     OUT=out python benchmarks/gpu/timing_window_probe.py --only timing,none
     python benchmarks/gpu/timing_window_probe.py --smoke                  # CPU check of this harness
 
