@@ -12,7 +12,6 @@ the raw traces into the canonical profile. ``finalize()`` runs at interpreter ex
 from __future__ import annotations
 
 import os
-import platform
 import signal
 import sys
 import threading
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnprof.collect.config import RESULT_FILE, SAMPLES_FILE, CollectorConfig, write_json_atomic
+from dnnprof.collect.environment import environment, run_settings
 from dnnprof.collect.memory import StepMemory, static_breakdown
 from dnnprof.collect.schedule import Plan
 from dnnprof.collect.stepdetect import PRIORITY, DataLoaderItems, MarkerSteps, OptimizerSteps
@@ -244,7 +244,7 @@ class Controller:
             self.stacks.start()
 
     def _stop_main(self, k: int) -> None:
-        self.settings = self._settings()  # as they were during the timed steps
+        self.settings = run_settings(self.torch)  # as they were during the timed steps
         if self.stacks is not None:
             self.stacks.stop()
         if self.main is not None:
@@ -374,27 +374,10 @@ class Controller:
             "host_hotspots": self.stacks.report() if self.stacks is not None else None,
             "workload": self.workload,
             "environment": self._environment(),
-            "settings": self.settings or self._settings(),
+            "settings": self.settings or run_settings(self.torch),
             "script": {"argv": list(sys.argv), "exception": self.exception},
             "notes": self.notes,
         }
-
-    def _settings(self) -> dict[str, Any]:
-        """Backend settings the rules judge (``cudnn_benchmark`` …), read without warnings in the script's output."""
-        import warnings
-
-        torch = self.torch
-        out: dict[str, Any] = {}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cudnn = getattr(torch.backends, "cudnn", None)
-            if cudnn is not None:
-                out["cudnn_benchmark"] = bool(cudnn.benchmark)
-                out["cudnn_deterministic"] = bool(cudnn.deterministic)
-            precision = getattr(torch, "get_float32_matmul_precision", None)
-            if precision is not None:
-                out["float32_matmul_precision"] = str(precision())
-        return out
 
     def _device_total(self) -> int | None:
         if self.device is None:
@@ -402,22 +385,6 @@ class Controller:
         return int(self.torch.cuda.get_device_properties(self.device).total_memory)
 
     def _environment(self) -> dict[str, Any]:
-        torch = self.torch
-        env: dict[str, Any] = {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "hostname": platform.node(),
-            "pid": self.pid,
-            "torch": torch.__version__,
-            "cuda_runtime": getattr(torch.version, "cuda", None),
-            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        }
-        if self.device is not None:
-            p = torch.cuda.get_device_properties(self.device)
-            env["gpu"] = {"index": self.device, "name": p.name, "compute_capability": f"{p.major}.{p.minor}",
-                          "sm_count": p.multi_processor_count, "memory_total_bytes": int(p.total_memory),
-                          "uuid": str(getattr(p, "uuid", ""))}
-        if self.sampler is not None and self.sampler.nvml.available:
-            env["driver"] = self.sampler.nvml.driver_version()
-        return env
+        driver = self.sampler.nvml.driver_version() if self.sampler is not None and self.sampler.nvml.available \
+            else None
+        return environment(self.torch, self.pid, self.device, driver)

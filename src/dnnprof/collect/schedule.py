@@ -4,7 +4,7 @@ A run is cut into steps by boundaries (an optimizer step, the end of a marker ra
 At boundary ``k``, ``k`` steps have completed and step ``k`` is about to start. Default (low-overhead) mode::
 
     steps  0 .. W-1            warm-up (unprofiled; the later half is the unprofiled baseline)
-    steps  W .. W+S-1          timing window: CUDA activity only (kernels, copies, runtime calls), ~1.02x
+    steps  W .. W+S-1          timing window: CUDA activity + user ranges, no ops (kernels, copies, runtime calls)
     step   W+S                 gap: no profiler
     steps  W+S+1 .. W+S+A      attribution window: CPU ops + module ranges, joined onto the timing window
     step   W+S+A+1             gap

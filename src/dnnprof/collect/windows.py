@@ -127,7 +127,7 @@ class Window:
             self.probe = {"method": "record_function", "name": CLOCK_SYNC, "t0_ns": t0, "t1_ns": t1}
 
     def open_step(self, number: int) -> None:
-        """Open the ``ProfilerStep#number`` range (CPU windows only)."""
+        """Open the ``ProfilerStep#number`` range."""
         self.last_step = max(self.last_step, number)
         if self.cpu_events and self.running and self._marker is None:
             self._marker = self.torch.autograd.profiler.record_function(f"ProfilerStep#{number}")
