@@ -145,6 +145,10 @@ class EventColumns:
         self._strings: dict[str, int] = {}
         self._parts: dict[str, list[dict[str, np.ndarray]]] = {}
         self.flows: list[tuple[bool, Any, Any, Any]] = []  # fwdbwd flow points: (is_start, id, tid, ts_us)
+        # Set by tables(): local string ids in order, local id → profile id ([-1] stays -1), the profile.
+        self._keys: list[str] = []
+        self._lut = np.empty(0, dtype=np.int32)
+        self._profile = Profile()
 
     # --- per chunk ------------------------------------------------------------------------------------------
     def add(self, buckets: dict[str, list[Any]]) -> None:
@@ -268,9 +272,10 @@ class EventColumns:
     def _ops(self, rank: int) -> dict[str, np.ndarray]:
         cols, counts = self._concat("ops")
         if not counts:
-            t = empty_table("ops", 0)
-            return t
-        # Python's stable sort by (ts, -dur): parents (longer) before children that start together.
+            return empty_table("ops", 0)
+        # A stable sort by (ts, -dur) from category-then-file order: parents (longer) before children that start
+        # together. (The previous reader concatenated categories in frozenset order, which varied between runs
+        # when two ops of different categories tied on both; none of the recorded traces has such a tie.)
         order = np.argsort(-cols["dur"], kind="stable")
         order = order[np.argsort(cols["ts"][order], kind="stable")]
         t = self._start("ops", cols, order, rank)
