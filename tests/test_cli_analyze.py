@@ -106,3 +106,34 @@ def test_bad_input_one_line_exit_2(tmp_path: Path, make, message: str) -> None:
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def test_html_report_is_self_contained_and_lists_findings(tmp_path: Path) -> None:
+    from html.parser import HTMLParser
+
+    out = tmp_path / "r.html"
+    js = tmp_path / "s.json"
+    assert main(["analyze", str(DEEPSPEECH), "--html", str(out), "--json", str(js), "--quiet"]) == 0
+    text = out.read_text()
+    doc = json.loads(js.read_text())
+    assert "<script" not in text and "http://" not in text and "https://" not in text
+    for f in doc["findings"]:
+        assert f"<code>{f['id']}</code>" in text
+    assert doc["kernels"][0]["short_name"] in text
+
+    class Check(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stack: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: object) -> None:
+            if tag not in ("meta", "br"):
+                self.stack.append(tag)
+
+        def handle_endtag(self, tag: str) -> None:
+            assert self.stack and self.stack[-1] == tag, f"unbalanced </{tag}>"
+            self.stack.pop()
+
+    c = Check()
+    c.feed(text)
+    assert c.stack == []

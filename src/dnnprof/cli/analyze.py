@@ -15,8 +15,9 @@ def analyze(
     json_out: Path | None = typer.Option(None, "--json", help="Write the dnnprof.summary/1 JSON here ('-' = stdout)."),
     top: int = typer.Option(15, "--top", min=1, help="Rows to show in each table."),
     save: Path | None = typer.Option(None, "--save", help="Save the canonical profile (Parquet) in this folder."),
+    html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
     rank: int = typer.Option(0, "--rank", help="Rank to report on in a multi-GPU trace."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json or --save)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json, --html or --save)."),
 ) -> None:
     """Kernels, layers, phases, GPU busy/idle and findings of an existing trace."""
     from dnnprof.analysis.summary import analyse, summary_of
@@ -44,6 +45,11 @@ def analyze(
         from dnnprof.render.json_out import write_json
 
         write_json(doc, json_out)
+    if html is not None:
+        from dnnprof.render.html_report import render_html
+
+        html.parent.mkdir(parents=True, exist_ok=True)
+        html.write_text(render_html(doc, top=max(top, 30)), encoding="utf-8")
     if not quiet and str(json_out) != "-":
         from dnnprof.render.terminal import render
 

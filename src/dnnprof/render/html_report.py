@@ -1,0 +1,128 @@
+"""Self-contained HTML report of a ``dnnprof.summary/1`` document: no scripts, no network, one file.
+
+Reads the summary; computes nothing new. ``dnnprof analyze TRACE --html report.html`` writes it.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2433;max-width:1400px}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 8px;border-bottom:1px solid #d8dee9}
+.meta{color:#5c6578} .cards{display:flex;gap:12px;flex-wrap:wrap;margin:16px 0}
+.card{border:1px solid #d8dee9;border-radius:8px;padding:10px 14px;min-width:150px}
+.card b{display:block;font-size:20px} table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{padding:4px 8px;border-bottom:1px solid #eceff4;text-align:left;vertical-align:top}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums} code{font-size:12px}
+.bar{background:#5e81ac;height:10px;display:inline-block;vertical-align:middle}
+.f{border:1px solid #d8dee9;border-left:6px solid #88c0d0;border-radius:6px;padding:10px 14px;margin:10px 0}
+.f.high{border-left-color:#bf616a} .f.medium{border-left-color:#d08770} .f.low{border-left-color:#a3be8c}
+.f h3{margin:0 0 6px;font-size:15px} .fix{color:#2e6b3a} .how{color:#5c6578;font-size:12px}
+"""
+
+
+def _us(v: float | None) -> str:
+    if v is None:
+        return "–"
+    return f"{v / 1000:,.2f} ms" if v >= 1000 else f"{v:,.1f} µs"
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1f}%"
+
+
+def _row(cells: list[tuple[str, bool]]) -> str:
+    return "<tr>" + "".join(f'<td class="n">{c}</td>' if num else f"<td>{c}</td>" for c, num in cells) + "</tr>"
+
+
+def _table(head: list[tuple[str, bool]], rows: list[str]) -> str:
+    th = "".join(f'<th class="n">{escape(h)}</th>' if num else f"<th>{escape(h)}</th>" for h, num in head)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _bar(pct: float | None) -> str:
+    w = 0 if pct is None else max(1, min(120, round(pct * 1.2)))
+    return f'<span class="bar" style="width:{w}px"></span> {_pct(pct)}'
+
+
+def _cards(doc: dict[str, Any]) -> str:
+    gpu, steps = doc["gpu"], doc["steps"]
+    items = [("GPU busy", _pct(gpu.get("busy_pct"))), ("steps", str(steps["count"])),
+             ("median step", _us(steps.get("median_us"))), ("step CV", _pct(steps.get("cv_pct"))),
+             ("tensor cores", _pct(gpu.get("tensor_core_pct"))), ("GPU idle", _us(gpu.get("idle_us")))]
+    return '<div class="cards">' + "".join(f'<div class="card">{escape(k)}<b>{escape(v)}</b></div>'
+                                           for k, v in items) + "</div>"
+
+
+def _findings(doc: dict[str, Any]) -> str:
+    out = []
+    for f in doc.get("findings", []):
+        ev = f.get("evidence") or {}
+        gain = "" if f.get("est_gain_pct") is None else f" — up to {f['est_gain_pct']:.0f}% of step time"
+        top = ev.get("top") if isinstance(ev, dict) else None
+        offenders = ""
+        if top and isinstance(top[0], dict):
+            offenders = "<ul>" + "".join(
+                "<li>" + escape(", ".join(str(x) for x in (o.get("kernel") or o.get("op") or o.get("name"),
+                                                            o.get("layer"), o.get("source"),
+                                                            f"{o['pct_of_step']:.1f}% of step" if isinstance(
+                                                                o.get("pct_of_step"), (int, float)) else None)
+                                  if x)) + "</li>" for o in top[:5]) + "</ul>"
+        out.append(
+            f'<div class="f {escape(f["severity"])}"><h3>{escape(f["title"])} <code>{escape(f["id"])}</code>'
+            f'<span class="meta"> · {escape(f["severity"])}{escape(gain)}</span></h3>'
+            f'<div>{escape(str(ev.get("summary", "")) if isinstance(ev, dict) else "")}</div>{offenders}'
+            f'<div class="fix">→ {escape(f["recommendation"])}</div>'
+            f'<div class="how">{escape(f.get("how_estimated", ""))}</div></div>')
+    return "".join(out) or "<p>No findings.</p>"
+
+
+def render_html(doc: dict[str, Any], top: int = 30) -> str:
+    """The report as one HTML string."""
+    dev = doc["device"]
+    title = f"dnnprof — {dev.get('name') or 'CPU'}"
+    gpu = doc["gpu"]
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
+             f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>",
+             f'<div class="meta">{escape(doc["source"].get("path", ""))} ({escape(doc["source"].get("format", ""))})'
+             f" · compute capability {escape(dev.get('compute_capability') or '–')} · steps from "
+             f"{escape(doc['steps'].get('source') or 'none')}</div>", _cards(doc)]
+    if gpu.get("has_activity", True) and doc["kernels"]:
+        idle = gpu.get("idle_breakdown_us") or {}
+        parts.append("<h2>GPU time</h2>" + _table(
+            [("part", False), ("time", True)],
+            [_row([(escape(k), False), (_us(gpu.get(f"{k}_us")), True)]) for k in ("kernel", "memcpy", "memset", "idle")]
+            + [_row([(f"idle: {escape(k.replace('_', ' '))}", False), (_us(v), True)]) for k, v in idle.items() if v]))
+    parts.append("<h2>Findings</h2>" + _findings(doc))
+    if doc["kernels"]:
+        parts.append(f"<h2>Top kernels (of {len(doc['kernels'])})</h2>" + _table(
+            [("time %", True), ("total", True), ("calls", True), ("avg", True), ("family", False), ("TC", False),
+             ("occupancy", True), ("bound", False), ("phase", False), ("layer", False), ("kernel", False)],
+            [_row([(_bar(k["pct"]), True), (_us(k["total_us"]), True), (f"{k['calls']:,}", True),
+                   (_us(k["mean_us"]), True), (escape(k["family"]), False), ("✓" if k.get("tensor_core") else "", False),
+                   (_pct(k.get("theoretical_occupancy_pct", k.get("est_achieved_occupancy_pct"))), True),
+                   (escape(k.get("bound") or ""), False), (escape(k["phase"]), False), (escape(k["layer"]), False),
+                   (f'<code title="{escape(k["name"])}">{escape(k["short_name"])}</code>', False)])
+             for k in doc["kernels"][:top]]))
+        parts.append(f"<h2>Layers ({escape(doc.get('attribution', {}).get('level', ''))} level)</h2>" + _table(
+            [("time %", True), ("total", True), ("kernels", True), ("layer", False)],
+            [_row([(_bar(r["pct"]), True), (_us(r["total_us"]), True), (f"{r['kernel_calls']:,}", True),
+                   (escape(r["name"]), False)]) for r in doc["layers"][:top]]))
+        ph = doc["phases"]
+        parts.append("<h2>Phases</h2>" + _table([("phase", False), ("kernel time", True)],
+                                                [_row([(p, False), (_us(ph[f"{p}_us"]), True)])
+                                                 for p in ("forward", "backward", "optimizer", "other")]))
+    if doc.get("memcpy"):
+        parts.append("<h2>Memory copies</h2>" + _table(
+            [("kind", False), ("host memory", False), ("count", True), ("bytes", True), ("total", True)],
+            [_row([(escape(m["kind"]), False), (escape(m.get("host_memory") or "–"), False), (f"{m['count']:,}", True),
+                   (f"{m['bytes']:,}", True), (_us(m["total_us"]), True)]) for m in doc["memcpy"]]))
+    if doc.get("host_ops"):
+        parts.append("<h2>Host ops (self time)</h2>" + _table(
+            [("self %", True), ("self", True), ("total", True), ("calls", True), ("op", False)],
+            [_row([(_bar(r["self_pct"]), True), (_us(r["self_us"]), True), (_us(r["total_us"]), True),
+                   (f"{r['calls']:,}", True), (escape(r["name"]), False)]) for r in doc["host_ops"][:top]]))
+    parts.append("</body></html>\n")
+    return "".join(parts)
