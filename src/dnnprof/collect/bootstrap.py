@@ -37,8 +37,8 @@ def controller() -> Any:
     return _controller
 
 
-class _TorchImportWatcher(importlib.abc.MetaPathFinder):
-    """Calls ``on_import(torch)`` once ``import torch`` has finished executing."""
+class TorchImportWatcher(importlib.abc.MetaPathFinder):
+    """Calls ``on_import(torch)`` once ``import torch`` has finished executing (used by the sweep's trial hook too)."""
 
     def __init__(self, on_import: Callable[[ModuleType], None]) -> None:
         self.on_import = on_import
@@ -75,7 +75,7 @@ def install() -> None:
     if torch is not None and hasattr(torch, "nn"):
         activate(torch, run_dir)
         return
-    sys.meta_path.insert(0, _TorchImportWatcher(lambda mod: activate(mod, run_dir)))
+    sys.meta_path.insert(0, TorchImportWatcher(lambda mod: activate(mod, run_dir)))
 
 
 def _claim(run_dir: Path) -> bool:

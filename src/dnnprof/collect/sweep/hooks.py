@@ -12,17 +12,16 @@ GPU limit is applied through ``torch.cuda._lazy_call`` where it exists, so impor
 from __future__ import annotations
 
 import atexit
-import importlib.abc
-import importlib.util
 import itertools
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from dnnprof.collect.bootstrap import TorchImportWatcher
 
 ENV_TRIAL = "DNNPROF_SWEEP_TRIAL"
 ENV_RESULT = "DNNPROF_SWEEP_RESULT"
@@ -48,36 +47,6 @@ class _State:
 _state: _State | None = None
 
 
-class _TorchWatcher(importlib.abc.MetaPathFinder):
-    """Calls ``on_import(torch)`` once ``import torch`` has finished."""
-
-    def __init__(self, on_import: Callable[[ModuleType], None]) -> None:
-        self.on_import = on_import
-        self._busy = False
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "torch" or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = importlib.util.find_spec("torch")
-        finally:
-            self._busy = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        original = spec.loader.exec_module
-        watcher = self
-
-        def exec_module(module: ModuleType) -> None:
-            original(module)
-            if watcher in sys.meta_path:
-                sys.meta_path.remove(watcher)
-            watcher.on_import(module)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
 def install() -> None:
     """Catch the exception that ends the script, report at exit, and watch for torch (now, if imported)."""
     global _state
@@ -96,7 +65,7 @@ def install() -> None:
     if torch is not None and hasattr(torch, "nn"):
         _on_torch(torch)
         return
-    sys.meta_path.insert(0, _TorchWatcher(_on_torch))
+    sys.meta_path.insert(0, TorchImportWatcher(_on_torch))
 
 
 def _claim() -> bool:
