@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import math
 import signal
+from pathlib import Path
 
 import pytest
 
 from dnnprof.collect.sweep import BatchSearch, Observation, parse_batch_sizes, parse_size, trial_bound
-from dnnprof.collect.sweep.classify import classify_exception, classify_exit, last_error_line
+from dnnprof.collect.sweep.classify import classify_exception, classify_exit, last_error_line, requested_bytes
+from dnnprof.collect.sweep.runner import observation
 from dnnprof.collect.sweep.spec import SweepSpecError, parse_choices, parse_profile_points
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -139,6 +142,102 @@ def test_a_skipped_first_trial_stops_the_series() -> None:
     s = BatchSearch()
     s.observe(Observation(s.propose() or 1, "skipped"))
     assert s.propose() is None and s.limited_by == "skipped"
+
+
+# --- the out-of-memory demand model, on real H100 records ------------------------------------------------------
+REAL = json.loads((Path(__file__).parent / "data" / "sweep" / "deepspeech2_h100_probes.json").read_text())["points"]
+#: What the H100 runs established about the true edge (largest fit, smallest failure above it).
+TRUE_EDGE = {"fp32": (898, 914), "amp-fp16": (1715, 1779)}
+
+
+def real_series(precision: str) -> list[dict]:
+    return [p for p in REAL if p["precision"] == precision and p["mode"] == "train"]
+
+
+@pytest.mark.parametrize("precision", sorted(TRUE_EDGE))
+def test_the_first_real_out_of_memory_predicts_the_edge(precision: str) -> None:
+    """Replay the doubling trials and the first failure exactly as recorded: the prediction lies in the bracket
+    the H100 measured, where the line through the fitting trials alone overshoots it."""
+    s = BatchSearch()
+    for rec in real_series(precision):
+        assert s.propose() == rec["batch_size"]
+        s.observe(observation(rec))
+        if rec["status"] == "oom":
+            break
+    lo_true, hi_true = TRUE_EDGE[precision]
+    assert lo_true <= s.predicted_edge() < hi_true
+    assert s.propose() == s.predicted_edge()
+    assert s.predicted_max() >= hi_true + 100  # the memory line, extended to the capacity, misses by > 100
+
+
+def test_requested_sizes_are_read_from_the_real_messages() -> None:
+    fails = [p for p in REAL if p["status"] == "oom"]
+    assert fails and all(requested_bytes(p["message"]) for p in fails)
+    assert requested_bytes(fails[0]["message"]) == int(11.95 * GiB)
+    assert requested_bytes(CPU_OOM) == 10485760
+    assert requested_bytes("CUDA error: out of memory") is None
+
+
+def demand_world(precision: str, held_wobble: float = 0.0):
+    """A memory model fitted to the real records: peak allocated of the fitting trials, and in-use + request of
+    the failures, both linear in the batch; a trial fails when its demand exceeds the capacity less what the
+    allocator holds (reserved - allocated, ~1 GB, optionally wobbling with the batch)."""
+    rows = real_series(precision)
+    fits = sorted((p for p in rows if p["status"] == "ok" and p["batch_size"] >= 256), key=lambda p: p["batch_size"])
+    fails = sorted((p for p in rows if p["status"] == "oom"), key=lambda p: p["batch_size"])
+    a, b = fits[-2], fits[-1]
+    s_used = (b["peak_allocated_bytes"] - a["peak_allocated_bytes"]) / (b["batch_size"] - a["batch_size"])
+    f, g = fails[0], fails[-1]
+    s_at = (g["peak_allocated_bytes"] - f["peak_allocated_bytes"]) / (g["batch_size"] - f["batch_size"])
+    s_req = (requested_bytes(g["message"]) - requested_bytes(f["message"])) / (g["batch_size"] - f["batch_size"])
+    cap = f["memory_capacity_bytes"]
+
+    def at_fail(n: int) -> float:
+        return f["peak_allocated_bytes"] + s_at * (n - f["batch_size"])
+
+    def request(n: int) -> float:
+        return requested_bytes(f["message"]) + s_req * (n - f["batch_size"])
+
+    def held(n: int) -> float:
+        return 1.0e9 + held_wobble * 1e6 * n  # with a wobble the allocator holds more the larger the batch
+
+    def trial(n: int) -> Observation:
+        if at_fail(n) + request(n) <= cap - held(n):
+            used = int(b["peak_allocated_bytes"] + s_used * (n - b["batch_size"]))
+            return Observation(n, "ok", used, cap, None, reserved_bytes=used + int(held(n)))
+        req = round(request(n) / GiB, 2) * GiB  # PyTorch prints two decimals
+        return Observation(n, "oom", int(at_fail(n)), cap, "gpu_memory", requested_bytes=int(req),
+                           reserved_bytes=int(at_fail(n) + held(n)))
+
+    edge = max(n for n in range(1, 4096) if trial(n).fits)
+    return trial, edge
+
+
+def run_world(trial) -> BatchSearch:
+    s = BatchSearch()
+    while (b := s.propose()) is not None:
+        s.observe(trial(b))
+        assert s.trials < 60
+    return s
+
+
+@pytest.mark.parametrize("precision", sorted(TRUE_EDGE))
+def test_the_real_memory_model_finds_the_edge_within_the_promised_trials(precision: str) -> None:
+    trial, edge = demand_world(precision)
+    s = run_world(trial)
+    assert s.lo in (edge - 1, edge) and s.hi - s.lo <= 2  # the promised ±1
+    assert s.trials <= trial_bound(edge), [o.batch_size for o in s.observations]
+
+
+@pytest.mark.parametrize("precision", sorted(TRUE_EDGE))
+@pytest.mark.parametrize(("wobble", "extra"), [(-0.5, 0), (0.3, 1), (1.0, 3), (2.0, 5)])
+def test_an_allocator_that_holds_more_or_less_still_converges(precision: str, wobble: float, extra: int) -> None:
+    """The allocator holds more (or less) the larger the batch, so the prediction misses by a few batches (up to
+    ~70 at 2 MB a sample): the search gallops from it and bisects, paying about 2·log2(miss) extra trials."""
+    trial, edge = demand_world(precision, held_wobble=wobble)
+    s = run_world(trial)
+    assert s.lo in (edge - 1, edge) and s.hi - s.lo <= 2
+    assert s.trials <= trial_bound(edge) + extra, [o.batch_size for o in s.observations]
 
 
 # --- classification ---------------------------------------------------------------------------------------------

@@ -36,6 +36,11 @@ HOST_OOM_PATTERNS = (
 )
 _GPU_OOM = re.compile("|".join(GPU_OOM_PATTERNS), re.IGNORECASE)
 _HOST_OOM = re.compile("|".join(HOST_OOM_PATTERNS))
+#: The size of the allocation that failed: PyTorch's CUDA caching allocator ("Tried to allocate 11.95 GiB") and
+#: its CPU allocator ("you tried to allocate 10485760 bytes").
+_REQUEST = re.compile(r"tried to allocate\s+([0-9][0-9.,]*)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b", re.IGNORECASE)
+_UNIT = {"bytes": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+         "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _CUDA_ERROR = re.compile(r"CUDA error|CUDNN_STATUS_|CUBLAS_STATUS_|cudaError|illegal memory access|device-side assert")
 #: Lines that are noise at the end of a traceback, never the message.
 _NOISE = re.compile(r"^(\s*$|Traceback|\s+File |\s+\^+|\s{4}|During handling|The above exception|"
@@ -105,6 +110,22 @@ def classify_exit(returncode: int | None, stderr_tail: str, *, timed_out: bool, 
     if _CUDA_ERROR.search(stderr_tail):
         return Failure("error", "cuda_error", last_error_line(stderr_tail) or f"exit status {returncode}")
     return Failure("error", "error", last_error_line(stderr_tail) or f"exit status {returncode}")
+
+
+def requested_bytes(text: str) -> int | None:
+    """The size of the allocation an out-of-memory message says failed, in bytes; None when it does not say.
+
+    With the memory in use when it failed, it bounds what the failing batch needed from below, which is what lets
+    the batch search place the edge (``search.BatchSearch``). PyTorch rounds the size to two decimals of its unit.
+    """
+    m = _REQUEST.search(text or "")
+    if not m:
+        return None
+    try:
+        value = float(m.group(1).replace(",", ""))
+    except ValueError:
+        return None
+    return int(value * _UNIT[m.group(2).lower()])
 
 
 def first_line(text: str, limit: int = 400) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from dnnprof.collect.sweep import backend
 from dnnprof.collect.sweep.backend import Plan
+from dnnprof.collect.sweep.classify import requested_bytes
 from dnnprof.collect.sweep.search import BatchSearch, Observation
 from dnnprof.collect.sweep.spec import CPU_UNSUPPORTED, SweepSpec, trial_bound
 from dnnprof.collect.sweep.store import SweepStore
@@ -123,7 +124,7 @@ class Sweep:
             while (b := s.search.propose()) is not None:
                 rec = self._trial(Plan("probe", b, s.precision, s.mode, "search"))
                 s.probes.append(rec)
-                s.search.observe(_observation(rec))
+                s.search.observe(observation(rec))
             if s.search.limited_by == "skipped":
                 s.skipped = s.probes[-1]["message"]
             return
@@ -228,9 +229,14 @@ class Sweep:
                                 trials_run=self.trials_run, messages=self.messages)
 
 
-def _observation(rec: dict[str, Any]) -> Observation:
+def observation(rec: dict[str, Any]) -> Observation:
+    """What the batch search reads of a point record (also of one read back from ``sweep.json``)."""
+    reserved = rec.get("peak_reserved_bytes") if rec.get("limit_resource_bytes") == rec.get("peak_allocated_bytes") \
+        else None  # the held-but-unusable share only means something for the GPU's caching allocator
     return Observation(batch_size=rec["batch_size"], status=rec["status"], used_bytes=rec.get("limit_resource_bytes"),
-                       capacity_bytes=rec.get("memory_capacity_bytes"), limited_by=rec.get("limited_by"))
+                       capacity_bytes=rec.get("memory_capacity_bytes"), limited_by=rec.get("limited_by"),
+                       requested_bytes=requested_bytes(rec.get("message") or "") if rec["status"] == "oom" else None,
+                       reserved_bytes=reserved)
 
 
 def _sigterm_as_interrupt() -> Any:
