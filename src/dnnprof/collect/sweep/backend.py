@@ -148,7 +148,7 @@ def base_point(plan: Plan) -> dict[str, Any]:
         "peak_memory_bytes": None, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
         "peak_rss_bytes": None, "peak_address_space_bytes": None, "memory_capacity_bytes": None,
         "memory_limit_bytes": None, "limit_resource_bytes": None,
-        "wall_s": None, "returncode": None, "device": None, "run_dir": None,
+        "wall_s": None, "phase_s": None, "returncode": None, "device": None, "run_dir": None,
     }
 
 
@@ -216,6 +216,7 @@ def _from_probe(p: dict[str, Any], doc: dict[str, Any] | None) -> None:
         if doc.get(key) is not None:
             p[key] = doc[key]
     p["throughput_unit"] = doc.get("unit")
+    p["phase_s"] = doc.get("phase_s")
     nv = doc.get("nvml") or {}
     for key in ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_bw_util_pct"):
         p[key] = nv.get(key)

@@ -120,6 +120,15 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
     """Build, warm up, time; every failure becomes a result instead of an exception."""
     res: dict[str, Any] = {"format": FORMAT, "status": "ok", "message": "", "limited_by": None,
                            "batch_size": args.batch_size, "phase": "import"}
+    phases = res["phase_s"] = {}  # where the trial's time goes: seconds per phase, in order
+    clock = [time.perf_counter()]
+
+    def phase(name: str) -> None:
+        now = time.perf_counter()
+        phases[res["phase"]] = round(now - clock[0], 3)
+        clock[0] = now
+        res["phase"] = name
+
     try:
         import torch
     except MemoryError:
@@ -132,7 +141,7 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
     wl = None
     sampler = None
     try:
-        res["phase"] = "setup"
+        phase("setup")
         if args.device == "cuda" and torch.cuda.is_available():
             limit_bytes = apply_cuda_limit(torch, limit)
         elif limit is not None:
@@ -140,7 +149,7 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
         res["device"] = _device_info(torch, args.device)
         from dnnprof.workloads import UnsupportedConfig, build
 
-        res["phase"] = "build"
+        phase("build")
         try:
             wl = build(args.workload, batch_size=args.batch_size, precision=args.precision, mode=args.mode,
                        device=args.device)
@@ -148,16 +157,18 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
             return {**res, "status": "skipped", "message": str(e), "limited_by": "unsupported"}
         res["unit"] = wl.spec.unit
         res["items_per_step"] = wl.items_per_step
-        res["phase"] = "warmup"
+        phase("warmup")
         for _ in range(args.warmup_steps):
             wl.step()
         wl.synchronize()
-        res["phase"] = "measure"
+        phase("measure")
         sampler = _nvml_start(torch) if args.device == "cuda" else None
         res.update(_timed(torch, wl, args))
+        phase("done")
     except Exception as e:  # noqa: BLE001 - every failure of the trial is its result (OOM, CUDA error, bug)
         f = classify_exception(e)
         res.update(status=f.status, limited_by=f.limited_by, message=f.message, error_type=type(e).__name__)
+        phase(res["phase"])  # the failing phase keeps its name; its time is what it took to fail
     finally:
         if sampler is not None:
             res["nvml"] = _nvml_means(sampler)
