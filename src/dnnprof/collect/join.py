@@ -5,8 +5,8 @@ window, right after it, records CPU ops and module ranges as well (1.2–1.4x). 
 repeat almost exactly from step to step (same launches, same order, same grid and block), so every timed kernel
 is matched to the kernel launched at the same place of a reference attribution step, and takes its launching op
 (``op_row``). Within a step, launches are ordered by CUPTI correlation id (launch order on the host); sequences
-that differ (an extra kernel, a different algorithm) are aligned with ``difflib`` on (name, grid, block), so
-only launches that agree on all of those are matched. The fraction matched is recorded in the profile's meta.
+that differ (an extra kernel, a different algorithm) are aligned by a longest common subsequence on (name, grid,
+block) (``match_sequences``), so only launches that agree on all of those are matched. The fraction matched is recorded in the profile's meta.
 
 The merged profile keeps the timing window's GPU rows, runtime calls, steps and its own few ops (the user ranges
 it records: ``ProfilerStep#N``, the script's ``record_function`` ranges), and appends the attribution window's ops
@@ -56,16 +56,138 @@ def _step_rows(p: Profile, table: str, step: int) -> np.ndarray:
 
 
 def match_sequences(a: list[Any], b: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Positions ``(ia, ib)`` with ``a[ia[j]] == b[ib[j]]``, in order: the alignment of two launch sequences."""
+    """Positions ``(ia, ib)`` with ``a[ia[j]] == b[ib[j]]``, in order: the alignment of two launch sequences.
+
+    Equal sequences match position by position. Otherwise the common prefix and suffix are matched as they are and
+    the middle is aligned by a longest common subsequence: ``difflib`` for short middles, Myers' O((N+M)·D) diff
+    for long ones that differ in few places (a training step's 23,000 runtime calls with a handful moved: difflib,
+    quadratic on sequences of a few repeated names, took minutes there), and a greedy resynchronising walk when
+    they differ in too many places for that.
+    """
     if len(a) == len(b) and a == b:
         idx = np.arange(len(a), dtype=np.int64)
         return idx, idx
+    code: dict[Any, int] = {}
+    ca = np.fromiter((code.setdefault(x, len(code)) for x in a), dtype=np.int64, count=len(a))
+    cb = np.fromiter((code.setdefault(x, len(code)) for x in b), dtype=np.int64, count=len(b))
+    n = min(ca.size, cb.size)
+    diff = np.flatnonzero(ca[:n] != cb[:n])
+    pre = int(diff[0]) if diff.size else n
+    tail = np.flatnonzero(ca[ca.size - n:][::-1] != cb[cb.size - n:][::-1])
+    suf = min(int(tail[0]) if tail.size else n, n - pre)
+    ma, mb = ca[pre:ca.size - suf], cb[pre:cb.size - suf]
+    if ma.size * mb.size <= DIFFLIB_CELLS:
+        ia, ib = _difflib(ma.tolist(), mb.tolist())
+    else:
+        found = _myers(ma, mb, MYERS_MAX_EDITS)
+        ia, ib = found if found is not None else _greedy(ma, mb)
+    head = np.arange(pre, dtype=np.int64)
+    ia = np.concatenate([head, np.asarray(ia, dtype=np.int64) + pre, np.arange(ca.size - suf, ca.size)])
+    ib = np.concatenate([head, np.asarray(ib, dtype=np.int64) + pre, np.arange(cb.size - suf, cb.size)])
+    return ia.astype(np.int64), ib.astype(np.int64)
+
+
+#: Middles up to this many cells (len(a) x len(b)) are aligned by difflib.
+DIFFLIB_CELLS = 1_000_000
+#: Myers' diff gives up beyond this many insertions + deletions (its work grows with the count).
+MYERS_MAX_EDITS = 500
+#: How far the greedy walk looks ahead for the next common launch.
+GREEDY_LOOKAHEAD = 64
+
+
+def _difflib(a: list[int], b: list[int]) -> tuple[list[int], list[int]]:
     ia: list[int] = []
     ib: list[int] = []
     for blk in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
         ia.extend(range(blk.a, blk.a + blk.size))
         ib.extend(range(blk.b, blk.b + blk.size))
-    return np.asarray(ia, dtype=np.int64), np.asarray(ib, dtype=np.int64)
+    return ia, ib
+
+
+def _slide(a: np.ndarray, b: np.ndarray, x: int, y: int) -> int:
+    """How many elements ``a[x:]`` and ``b[y:]`` share from their start."""
+    run, step = 0, 16
+    while x + run < a.size and y + run < b.size:
+        m = min(step, a.size - x - run, b.size - y - run)
+        neq = np.flatnonzero(a[x + run:x + run + m] != b[y + run:y + run + m])
+        if neq.size:
+            return run + int(neq[0])
+        run += m
+        step *= 4
+    return run
+
+
+def _myers(a: np.ndarray, b: np.ndarray, max_edits: int) -> tuple[list[int], list[int]] | None:
+    """A longest common subsequence of ``a`` and ``b`` by Myers' greedy diff; None past ``max_edits`` edits."""
+    n, m = int(a.size), int(b.size)
+    off = max_edits + 1
+    v = [0] * (2 * off + 1)
+    trace: list[list[int]] = []
+    for d in range(max_edits + 1):
+        trace.append(v[off - d - 1:off + d + 2])  # the reach of diagonals -d-1 .. d+1 before this round
+        for k in range(-d, d + 1, 2):
+            if k == -d or (k != d and v[off + k - 1] < v[off + k + 1]):
+                x = v[off + k + 1]
+            else:
+                x = v[off + k - 1] + 1
+            y = x - k
+            if x < n and y < m:
+                x += _slide(a, b, x, y)
+            v[off + k] = x
+            if x >= n and x - k >= m:
+                return _backtrack(trace, n, m, d)
+    return None
+
+
+def _backtrack(trace: list[list[int]], n: int, m: int, d_end: int) -> tuple[list[int], list[int]]:
+    ia: list[int] = []
+    ib: list[int] = []
+    x, y = n, m
+    for d in range(d_end, 0, -1):
+        row = trace[d]  # row[j] is the reach of diagonal j - d - 1
+        k = x - y
+
+        def reach(kk: int, row: list[int] = row, d: int = d) -> int:
+            return row[kk + d + 1]
+
+        prev_k = k + 1 if (k == -d or (k != d and reach(k - 1) < reach(k + 1))) else k - 1
+        prev_x = reach(prev_k)
+        prev_y = prev_x - prev_k
+        start_x = prev_x if prev_k == k + 1 else prev_x + 1  # after the insertion or deletion
+        while x > start_x and y > start_x - k:  # the snake: matches
+            x, y = x - 1, y - 1
+            ia.append(x)
+            ib.append(y)
+        x, y = prev_x, prev_y
+    while x > 0 and y > 0:  # d = 0: the leading snake
+        x, y = x - 1, y - 1
+        ia.append(x)
+        ib.append(y)
+    return ia[::-1], ib[::-1]
+
+
+def _greedy(a: np.ndarray, b: np.ndarray) -> tuple[list[int], list[int]]:
+    """Walk both sequences; at a mismatch skip to the nearest place (within the lookahead) where they agree."""
+    al, bl = a.tolist(), b.tolist()
+    ia: list[int] = []
+    ib: list[int] = []
+    i = j = 0
+    while i < len(al) and j < len(bl):
+        if al[i] == bl[j]:
+            ia.append(i)
+            ib.append(j)
+            i, j = i + 1, j + 1
+            continue
+        for k in range(1, GREEDY_LOOKAHEAD + 1):
+            if i + k < len(al) and al[i + k] == bl[j]:
+                i += k
+                break
+            if j + k < len(bl) and al[i] == bl[j + k]:
+                j += k
+                break
+        else:
+            i, j = i + 1, j + 1
+    return ia, ib
 
 
 def _match_step(timing: Profile, attrib: Profile, t_step: int, a_step: int, table: str) -> tuple[np.ndarray, ...]:
