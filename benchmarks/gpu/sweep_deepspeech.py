@@ -37,13 +37,15 @@ def main() -> int:
     ap.add_argument("--modes", default="train,infer")
     ap.add_argument("--budget-s", type=float, default=780.0, help="no trial starts after this many seconds")
     ap.add_argument("--memory-limit", default=None, help="e.g. 40GiB to study a smaller GPU")
+    ap.add_argument("--profile-points", default="default,max",
+                    help="profiled points per series (default,max; 'default' answers all four questions)")
     args = ap.parse_args()
     if args.quick:
         args.precisions, args.modes, args.budget_s = "fp32,bf16", "train", 150.0
     out = Path(os.environ.get("OUT", "out")) / f"sweep_{args.workload}"
     cmd = [sys.executable, "-m", "dnnprof", "sweep", args.workload, "--device", "cuda", "--precisions",
            args.precisions, "--modes", args.modes, "--batch-sizes", "auto", "--steps", "3", "--warmup-steps", "1",
-           "--profile-points", "default,max", "--time-budget", str(args.budget_s), "--timeout", "300",
+           "--profile-points", args.profile_points, "--time-budget", str(args.budget_s), "--timeout", "300",
            "--out", str(out)]
     if args.memory_limit:
         cmd += ["--memory-limit", args.memory_limit]
@@ -84,6 +86,18 @@ def main() -> int:
               f"{'yes' if m.get('exact') else 'no':>5}  {m.get('trials', '-')!s:>6}/{m.get('trial_bound', '-')!s:<5} "
               f"{(best or {}).get('throughput_samples_per_s', 0):>14,.1f}  {(best or {}).get('batch_size', '-')!s:>8}  "
               f"{sum(p.get('wall_s') or 0 for p in series):>8.0f}")
+    phases: dict[str, list[float]] = {}
+    for p in pts:
+        for name, sec in (p.get("phase_s") or {}).items():
+            phases.setdefault(name, []).append(sec)
+    if phases:
+        probes = [p for p in pts if p["kind"] == "probe" and p.get("wall_s")]
+        wall = sorted(p["wall_s"] for p in probes)[len(probes) // 2]
+        split = ", ".join(f"{k} {sorted(v)[len(v) // 2]:.2f}" for k, v in phases.items())
+        print(f"\nwhere a probe's time goes (median s over {len(probes)} probes; wall {wall:.1f} s median): {split}")
+    profiles = [p for p in pts if p["kind"] == "profile"]
+    if profiles:
+        print(f"profiles: {len(profiles)}, {sum(p.get('wall_s') or 0 for p in profiles):.0f} s")
     return 0 if doc["status"] in ("complete", "budget_spent") else 1
 
 
