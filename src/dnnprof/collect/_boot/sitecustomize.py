@@ -39,8 +39,11 @@ def _dnnprof_boot() -> None:
 
 
 def _chain() -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    # Both dnnprof bootstraps (``dnnprof run``'s and ``dnnprof sweep``'s) can be on the path at once (a sweep's
+    # profile trials): each one that ran is skipped, or they would execute each other forever.
+    seen = sys.__dict__.setdefault("_dnnprof_boot_dirs", set())
+    seen.add(os.path.dirname(os.path.abspath(__file__)))
+    path = [p for p in sys.path if os.path.abspath(p or os.curdir) not in seen]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)
