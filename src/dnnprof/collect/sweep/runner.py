@@ -12,6 +12,7 @@ Each trial runs in its own process (``trial.run_trial``); its record is logged b
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from dnnprof.collect.sweep.search import BatchSearch, Observation
 from dnnprof.collect.sweep.spec import CPU_UNSUPPORTED, SweepSpec, trial_bound
 from dnnprof.collect.sweep.store import SweepStore
 from dnnprof.collect.sweep.trial import Finished, run_trial
+from dnnprof.collect.sweep.zygote import ENV_SWITCH, ForkServer
 
 Echo = Callable[[str], None]
 TrialRunner = Callable[..., Finished]
@@ -58,10 +60,13 @@ class Sweep:
         runner: the trial runner (a seam for tests); ``run_trial`` by default.
     """
 
-    def __init__(self, spec: SweepSpec, echo: Echo | None = None, runner: TrialRunner = run_trial) -> None:
+    def __init__(self, spec: SweepSpec, echo: Echo | None = None, runner: TrialRunner | None = None) -> None:
         self.spec = spec.validate()
         self.echo = echo or (lambda _m: None)
-        self.runner = runner
+        self.runner = runner or run_trial
+        # Probes of a built-in workload fork from a server that imported torch once (see ``zygote``).
+        self.fork_server = ForkServer(spec.target.name, spec.device, os.environ, spec.out / "fork_server.log") \
+            if runner is None and use_fork_server(spec) else None
         self.store = SweepStore(spec.out, spec)
         self.series = [Series(p, m) for m in spec.modes for p in spec.precisions]
         self.t0 = time.monotonic()
@@ -79,7 +84,8 @@ class Sweep:
             raise BudgetSpent()
         folder = self.store.trial_dir(plan.id)
         argv, env, preexec = backend.command(self.spec, plan, folder)
-        fin = self.runner(argv, folder=folder, env=env, timeout_s=self.spec.timeout_s, preexec=preexec)
+        run = self.fork_server.run if self.fork_server is not None else self.runner
+        fin = run(argv, folder=folder, env=env, timeout_s=self.spec.timeout_s, preexec=preexec)
         rec = backend.read_point(self.spec, plan, folder, fin, self.spec.out)
         rec["trial"] = len(self.store.records) + 1
         self.store.append(rec)
@@ -196,7 +202,19 @@ class Sweep:
             raise
         finally:
             _restore_sigterm(previous)
+            self._close_fork_server()
         return self._write(status)
+
+    def _close_fork_server(self) -> None:
+        fs = self.fork_server
+        if fs is None:
+            return
+        if fs.note and fs.note != "fork server closed":
+            self.messages.append(fs.note)
+        elif fs.preload_s is not None:
+            self.messages.append(f"probes were forked from a server that imported torch once ({fs.preload_s:.1f} s); "
+                                 f"{ENV_SWITCH}=0 starts each from a fresh interpreter")
+        fs.close()
 
     # --- results -------------------------------------------------------------------------------------------
     def max_batch(self) -> list[dict[str, Any]]:
@@ -256,6 +274,14 @@ def _restore_sigterm(previous: Any) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
-def run_sweep(spec: SweepSpec, echo: Echo | None = None, runner: TrialRunner = run_trial) -> dict[str, Any]:
+def use_fork_server(spec: SweepSpec) -> bool:
+    """Probes fork from a preloaded server for built-in workloads, except CPU sweeps under ``--memory-limit``
+    (their allocator settings must be in place when the process starts) and when ``DNNPROF_SWEEP_FORK_SERVER=0``."""
+    if os.environ.get(ENV_SWITCH, "1") == "0" or spec.target.kind != "workload" or not hasattr(os, "fork"):
+        return False
+    return not (spec.device == "cpu" and spec.memory_limit is not None)
+
+
+def run_sweep(spec: SweepSpec, echo: Echo | None = None, runner: TrialRunner | None = None) -> dict[str, Any]:
     """Run (or resume) a sweep; return its ``sweep.json`` document."""
     return Sweep(spec, echo=echo, runner=runner).run()
