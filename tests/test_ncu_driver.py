@@ -96,33 +96,107 @@ def test_pattern_boundaries_and_function_mode() -> None:
 def test_plans_on_a_real_step() -> None:
     seq = _step()
     sel = N.select_signatures(seq, 0.95)
-    name = N.plan_filters(seq, sel, "name")
-    assert name.missed_signatures == 0 and name.predicted_coverage >= sel.coverage
-    assert all(re.search(name.kernel_regex, str(seq.names[i])) for i in name.profiled)
-    first = N.plan_filters(seq, sel, "first-invocation")
-    assert len({str(seq.names[i]) for i in first.profiled}) == len(first.profiled) < len(name.profiled)
-    per_cfg = N.plan_filters(seq, sel, "first-per-config")
-    assert per_cfg.missed_signatures == 0 and len(per_cfg.profiled) < len(name.profiled) / 5
-    auto = N.plan_filters(seq, sel)
-    assert auto.strategy in N.AUTO_STRATEGIES and auto.missed_signatures == 0
-    assert len(auto.profiled) <= len(name.profiled)
+    for mode in N.FILTER_MODES:
+        name = N.plan_filters(seq, sel, "name", mode=mode, prune=False)
+        assert name.missed_signatures == 0 and name.predicted_coverage >= sel.coverage
+        assert all(re.search(name.kernel_regex, str(seq.names[i])) for i in name.profiled)
+        first = N.plan_filters(seq, sel, "first-invocation", mode=mode)
+        assert len({str(seq.names[i]) for i in first.profiled}) == len(first.profiled) < len(name.profiled)
+        per_cfg = N.plan_filters(seq, sel, "first-per-config", mode=mode)
+        assert per_cfg.missed_signatures == 0 and len(per_cfg.profiled) < len(name.profiled) / 5
+        assert per_cfg.predicted_coverage >= sel.target
+        auto = N.plan_filters(seq, sel, mode=mode)
+        assert auto.strategy == "first-per-config" and auto.missed_signatures == 0
+        assert len(auto.profiled) <= len(per_cfg.profiled) and auto.mode == mode
+
+
+def test_exclude_filter_lets_every_wanted_kernel_through() -> None:
+    """The default filter names the kernels *not* wanted; none of its patterns hits a wanted kernel."""
+    seq = _step()
+    sel = N.select_signatures(seq, 0.95)
+    plan = N.plan_filters(seq, sel, prune=False)
+    assert plan.mode == "exclude" and plan.kernel_regex.startswith("^(?!.*(") and ":" not in plan.kernel_regex
+    rx = re.compile(plan.kernel_regex)
+    assert all(rx.search(s.name) for s in sel.signatures)
+    names = {str(n) for n in seq.names}
+    wanted = {s.name for s in sel.signatures}
+    assert plan.kernels == sum(1 for n in names if rx.search(n)) >= len(wanted)
+    # unwanted kernels that differ from a wanted one only in plain types (float vs long) stay in
+    assert sum(1 for n in names - wanted if rx.search(n)) <= 5
+    opts = plan.options()
+    assert opts[:3] == ["--kernel-name-base", "demangled", "--kernel-id"]
+    assert opts[3] == f"::regex:{plan.kernel_regex}:1" and opts[4:] == ["--filter-mode", "per-launch-config"]
+
+
+def test_pruning_drops_kernels_whose_coverage_other_launches_bring() -> None:
+    seq = _step()
+    sel = N.select_signatures(seq, 0.95)
+    full = N.plan_filters(seq, sel, prune=False)
+    pruned = N.plan_filters(seq, sel)
+    assert len(pruned.profiled) < len(full.profiled) and pruned.kernels < full.kernels
+    assert sel.target <= pruned.predicted_coverage <= full.predicted_coverage
+    assert pruned.predicted_coverage >= sel.target + N.PRUNE_MARGIN
+    # synthetic: k's second configuration rides along with its first; c and d are worth one launch each
+    seq2 = _synthetic([("k<Alpha>(int)", 1, 60), ("k<Alpha>(int)", 2, 30), ("c<Charlie>(int)", 1, 6),
+                       ("d<Delta>(int)", 1, 4)])
+    sel2 = N.select_signatures(seq2, 0.95)
+    assert len(sel2.signatures) == 3
+    plan = N.plan_filters(seq2, sel2, "first-per-config", prune=False)
+    assert plan.profiled.tolist() == [0, 1, 2] and plan.predicted_coverage == pytest.approx(0.96)
+    assert N.plan_filters(seq2, sel2, "first-per-config").profiled.tolist() == [0, 1, 2]  # 0.90 < 0.95 + margin
+    sel3 = N.select_signatures(seq2, 0.85)  # k alone: 90% ≥ 85% + margin, c is dropped
+    assert len(sel3.signatures) == 2
+    assert N.plan_filters(seq2, sel3, "first-per-config").profiled.tolist() == [0, 1]
+
+
+def test_exclusion_never_hides_a_wanted_kernel() -> None:
+    # the unwanted kernel's pattern would also match the wanted one: it stays in (one launch too many)
+    seq = _synthetic([("void k<Foo, Barrier>(int)", 1, 90), ("void k<Foo>(int)", 1, 10)])
+    sel = N.select_signatures(seq, 0.9)
+    plan = N.plan_filters(seq, sel, "name", prune=False)
+    assert plan.kernel_regex == "" and plan.profiled.tolist() == [0, 1] and plan.options() == []
+    seq = _synthetic([("void k<Alpha>(int)", 1, 90), ("void k<Bravo>(int)", 1, 10)])
+    plan = N.plan_filters(seq, N.select_signatures(seq, 0.9), "name", prune=False)
+    assert plan.profiled.tolist() == [0] and re.search(plan.kernel_regex, "void native::k<Alpha>(T1)")
+    assert not re.search(plan.kernel_regex, "void native::k<Bravo>(T1)")
+    with pytest.raises(ValueError, match="filter mode"):
+        N.plan_filters(seq, N.select_signatures(seq, 0.9), mode="both")
+
+
+def test_template_words_skip_namespaces_and_enum_casts() -> None:
+    """Kineto and ncu spell cub's kernels differently (ncu drops namespaces and prints enum values bare)."""
+    kineto = ("void at_cuda_detail::cub::detail::radix_sort::DeviceRadixSortOnesweepKernel<at_cuda_detail::cub::"
+              "detail::radix::policy_hub<long, at::cuda::cub::detail::OpaqueType<8>, unsigned long long>::Policy1000, "
+              "(at_cuda_detail::cub::SortOrder)0, long, at::cuda::cub::detail::OpaqueType<8>, int, int, "
+              "at_cuda_detail::cub::detail::identity_decomposer_t>(int*, int*, long*, long const*, long*, "
+              "at::cuda::cub::detail::OpaqueType<8> const*, at::cuda::cub::detail::OpaqueType<8>*, long, int, int, "
+              "at_cuda_detail::cub::detail::identity_decomposer_t)")
+    ncu = ("void radix_sort::DeviceRadixSortOnesweepKernel<radix::policy_hub<long, cub::OpaqueType<8>, unsigned long "
+           "long>::Policy1000, 0, long, cub::OpaqueType<8>, int, int, identity_decomposer_t>(T4 *, T4 *, T3 *, "
+           "const T3 *, T3 *, const T5 *, T5 *, T3, int, int, T8)")
+    for words in (N.MAX_PATTERN_WORDS, N.EXCLUDE_PATTERN_WORDS):
+        pat = N.kernel_name_pattern(kineto, max_words=words)
+        assert re.search(pat, kineto) and re.search(pat, ncu), pat
+        assert "at_cuda_detail" not in pat and "SortOrder" not in pat
 
 
 def test_per_launch_config_takes_the_smallest_k() -> None:
     # a, b share launch config 64; c has its own. Reaching b needs the first 3 launches of config 64.
     seq = _synthetic([("a<X>(int)", 64, 50), ("a<X>(int)", 64, 50), ("b<Y>(int)", 64, 50), ("c<Z>(int)", 8, 50)])
     sel = N.select_signatures(seq, 1.0)
-    plan = N.plan_filters(seq, sel, "per-launch-config")
+    plan = N.plan_filters(seq, sel, "per-launch-config", mode="include")
     assert plan.launch_count == 3 and plan.profiled.tolist() == [0, 1, 2, 3] and plan.missed_signatures == 0
     assert plan.options()[-4:] == ["--filter-mode", "per-launch-config", "--launch-count", "3"]
-    first = N.plan_filters(seq, sel, "first-invocation")
+    first = N.plan_filters(seq, sel, "first-invocation", mode="include")
     assert first.profiled.tolist() == [0, 2, 3]
     opts = first.options()
     assert opts[:2] == ["--kernel-name-base", "demangled"] and opts[2] == "--kernel-id"
     assert opts[3].startswith("::regex:") and opts[3].endswith(":1") and "--filter-mode" not in opts
     assert "--filter-mode" in N.plan_filters(seq, sel, "first-per-config").options()
-    name = N.plan_filters(seq, sel, "name")
+    name = N.plan_filters(seq, sel, "name", mode="include")
     assert name.options()[2:4] == ["--kernel-name", f"regex:{name.kernel_regex}"] and len(name.options()) == 4
+    everything = N.plan_filters(seq, sel, "first-per-config")  # exclude mode, nothing to exclude
+    assert everything.kernel_regex == "" and everything.options()[3] == "::regex:.*:1"
     with pytest.raises(ValueError, match="unknown strategy"):
         N.plan_filters(seq, sel, "everything")
 

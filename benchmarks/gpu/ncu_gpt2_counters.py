@@ -2,7 +2,8 @@
 
 Run on the GPU machine (needs ncu; no network):
     OUT=out python benchmarks/gpu/ncu_gpt2_counters.py            # everything, 5-8 min on an H100
-    OUT=out python benchmarks/gpu/ncu_gpt2_counters.py --quick    # no all-kernels run, one strategy, ~2 min
+    OUT=out python benchmarks/gpu/ncu_gpt2_counters.py --quick    # dnnprof's default pass only, ~1 min
+    OUT=out python benchmarks/gpu/ncu_gpt2_counters.py --quick --metrics a,b    # other metrics (pass counts)
 
 Workload: GPT-2 with 4 layers (transformers ``GPT2LMHeadModel(GPT2Config(n_layer=4))`` when transformers is
 installed, else an equivalent built-in model), random init, batch 8 x 512 tokens, bf16 autocast, AdamW. The 4th
@@ -13,7 +14,9 @@ Runs, each a fresh process timed end to end (wall clock, as a user waits for it)
   kineto        torch.profiler over step 3 → the step's kernel launches ($OUT/kernels_step3.json)
   full          ncu over every kernel of the step (NVTX range, process-wide push/pop scope), dnnprof's metrics
   sel-<s>       dnnprof's selective capture (collect/ncu.py) for strategy <s>: signatures covering ≥ 95% of
-                the step's GPU time, predicted launches vs launches ncu really profiled, coverage after the join
+                the step's GPU time, predicted launches vs launches ncu really profiled, replay passes, coverage
+                after the join
+  none          ncu over the same program with a filter that matches nothing (ncu's fixed cost)
   details       8 kernels (GEMMs, norms, elementwise) with SpeedOfLight/LaunchStats/Occupancy sections exported to $OUT/details.ncu-rep and
                 re-printed as the details page (labels and --print-metric-name name) and the raw page: parser
                 fixtures; read back through ncu_report to test dnnprof's .ncu-rep path.
@@ -187,13 +190,14 @@ def _ncu_run(name: str, cmd: list[str], log: Path, profile, timeout: float) -> d
         p = profile()
         j = join_counters(p, res.table, steps=[PROFILE_STEP])
         b = compute_bounds(res.table.metrics)
+        passes = res.table.metric("profiler__replayer_passes") if res.table.has("profiler__replayer_passes") else []
         row.update(coverage=round(j.coverage, 4), matched_launches=j.matched_kernels, total_launches=j.total_kernels,
                    ncu_signatures=len(j.groups), unmatched_ncu_launches=len(j.unmatched_ncu_rows),
-                   passes=float(res.table.metric("profiler__replayer_passes")[0]) if res.table.has(
-                       "profiler__replayer_passes") else None,
+                   passes=sorted({float(x) for x in passes}),
+                   flops_precisions=sorted(b.flops_by_precision),
                    bound_classes={k: int((b.bound == k).sum()) for k in sorted(set(b.bound.tolist()))})
     print(f"[{name}] {row['status']} {row['wall_s']} s, {row['profiled_launches']} launches, "
-          f"coverage {row.get('coverage')}", flush=True)
+          f"coverage {row.get('coverage')}, passes {row.get('passes')}", flush=True)
     return row
 
 
@@ -201,8 +205,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker", choices=["plain", "kineto"])
     ap.add_argument("--kernels-json")
-    ap.add_argument("--quick", action="store_true", help="skip the all-kernels run and extra strategies")
+    ap.add_argument("--quick", action="store_true", help="only dnnprof's default strategy; no all-kernels run, no "
+                    "details fixture")
     ap.add_argument("--strategies", default="auto,first-per-config,first-invocation,name")
+    ap.add_argument("--metrics", default="", help="comma-separated metrics instead of dnnprof's (to compare costs)")
+    ap.add_argument("--filter-mode", default="exclude", choices=["exclude", "include"])
     ap.add_argument("--full-timeout", type=float, default=240.0, help="stop the all-kernels run after this long")
     args = ap.parse_args()
     if args.worker:
@@ -253,34 +260,35 @@ def main() -> None:
     strategies = ["auto"] if args.quick else [s for s in args.strategies.split(",") if s]
     seen: set[str] = set()
     for strat in strategies:
-        plan = N.plan_filters(seq, sel, strat)
+        plan = N.plan_filters(seq, sel, strat, mode=args.filter_mode)
         if plan.strategy in seen:
             continue
         seen.add(plan.strategy)
+        name = f"sel-{plan.strategy}"
         log = OUT / f"ncu_sel_{plan.strategy}.csv"
         cmd = N.build_ncu_command(ncu, target, log, nvtx_range=RANGE, plan=plan, compute_capability=cc,
                                   process_scope=scope)
-        row = _ncu_run(f"sel-{plan.strategy}", cmd, log, profile, 600)
-        row.update(strategy=plan.strategy, requested=strat, predicted_launches=len(plan.profiled),
-                   options=plan.options(),
+        if args.metrics:
+            cmd[cmd.index("--metrics") + 1] = args.metrics
+        row = _ncu_run(name, cmd, log, profile, 600)
+        row.update(strategy=plan.strategy, requested=strat, filter_mode=plan.mode,
+                   predicted_launches=len(plan.profiled), options=plan.options(), kernels=plan.kernels,
                    predicted_coverage=round(plan.predicted_coverage, 4), predicted_missed=plan.missed_signatures,
                    launch_count=plan.launch_count)
         results["runs"].append(row)
-        if plan.strategy.startswith("first-") and row["profiled_launches"] == 0:
-            # invocation numbers may count launches outside the NVTX range: select the step with
-            # cudaProfilerStart/Stop instead (--profile-from-start off)
-            log2 = OUT / f"ncu_sel_{plan.strategy}_profiler_api.csv"
-            cmd2 = N.build_ncu_command(ncu, target, log2, nvtx_range=None, plan=plan, compute_capability=cc,
-                                       extra=["--profile-from-start", "off"])
-            row2 = _ncu_run(f"sel-{plan.strategy}-profiler-api", cmd2, log2, profile, 600)
-            row2.update(strategy=plan.strategy, predicted_launches=len(plan.profiled))
-            results["runs"].append(row2)
 
     if not args.quick:
+        log = OUT / "ncu_none.csv"
+        cmd = N.build_ncu_command(ncu, target, log, nvtx_range=RANGE, plan=None, compute_capability=cc,
+                                  process_scope=scope, extra=["--kernel-name", "regex:^$"])
+        results["runs"].append(_ncu_run("none", cmd, log, profile, 600))
         log = OUT / "ncu_full.csv"
         cmd = N.build_ncu_command(ncu, target, log, nvtx_range=RANGE, plan=None, compute_capability=cc,
                                   process_scope=scope)
         results["runs"].append(_ncu_run("full", cmd, log, profile, args.full_timeout))
+    if args.quick:
+        _report(results, seq, sel, cc)
+        return
 
     # details-page fixture and the .ncu-rep path
     rep = OUT / "details"
@@ -312,17 +320,23 @@ def main() -> None:
         det["tail"] = tail[-800:]
     results["runs"].append(det)
 
+    _report(results, seq, sel, cc)
+
+
+def _report(results: dict, seq, sel, cc: str) -> None:  # type: ignore[no-untyped-def]
     (OUT / "ncu_gpt2_counters.json").write_text(json.dumps(results, indent=1, default=str))
     plain = next(r["wall_s"] for r in results["runs"] if r["run"] == "plain")
     print(f"\nGPU {results['env']['gpu']} (cc {cc}), {results['env']['ncu_version'].splitlines()[-1]}, model "
           f"{results['env']['model']}; step: {len(seq)} launches, {sel.unique_signatures} signatures, "
           f"{len(sel.signatures)} for {100 * sel.coverage:.1f}% of {seq.dur_ns.sum() / 1e6:.2f} ms GPU time")
-    print(f"{'run':<36}{'status':<16}{'wall s':>8}{'x plain':>9}{'launches':>10}{'predicted':>11}{'coverage':>10}")
+    print(f"{'run':<36}{'status':<16}{'wall s':>8}{'x plain':>9}{'launches':>10}{'predicted':>11}{'coverage':>10}"
+          f"{'passes':>8}")
     for r in results["runs"]:
         cov = r.get("coverage")
+        passes = ",".join(f"{p:g}" for p in r.get("passes") or [])
         print(f"{r['run']:<36}{r.get('status', 'rc=' + str(r.get('returncode'))):<16}{r['wall_s']:>8.1f}"
               f"{r['wall_s'] / plain:>9.2f}{r.get('profiled_launches', ''):>10}{r.get('predicted_launches', ''):>11}"
-              f"{'' if cov is None else f'{100 * cov:.1f}%':>10}")
+              f"{'' if cov is None else f'{100 * cov:.1f}%':>10}{passes:>8}")
     met = [r["run"] for r in results["runs"] if r.get("coverage", 0) >= 0.95 and r["wall_s"] <= 25]
     print(f"target (>= 95% of GPU time in <= 25 s): {'met by ' + ', '.join(met) if met else 'not met'}")
 

@@ -7,13 +7,14 @@ signatures (name, grid, block, registers, shared memory) that together cover ≥
 * ``--nvtx --nvtx-include "<range>/" --nvtx-push-pop-scope process`` — only the step's NVTX push/pop range. The
   scope matters: push/pop ranges are per thread by default, and PyTorch launches backward kernels from its
   autograd thread, so a thread-scoped "step3/" silently drops the whole backward pass.
-* ``--kernel-name-base demangled --kernel-name regex:…`` — one alternative per selected kernel: its base name
-  followed by up to three distinctive template-argument words (ncu and Kineto print parameters differently,
-  ``T2 *`` vs ``long*``, so parameters are never used).
-* a launch limit (:data:`STRATEGIES`): ``--filter-mode per-launch-config --launch-count K`` when that profiles
-  fewer launches than the name filter alone (ncu then profiles the first K matching launches of every launch
-  configuration — grid, block, shared memory; K is the smallest value that still reaches every selected
-  signature in the recorded launch order), or ``--kernel-id ::regex:…:1`` (first invocation of each kernel).
+* ``--kernel-name-base demangled`` and a name regex built from patterns — a kernel's base name followed by a few
+  distinctive template-argument words (ncu and Kineto print parameters and namespaces differently, ``T2 *`` vs
+  ``long*``, so parameters and qualifiers are never used). By default the regex *excludes* the kernels not wanted
+  (``^(?!.*(p1|p2|…))``, :data:`FILTER_MODES`): an include regex silently missed some cuBLAS and cuDNN kernels on
+  an H100, an exclude regex can only let a kernel through that was not wanted.
+* a launch limit (:data:`STRATEGIES`): by default ``--kernel-id ::regex:…:1 --filter-mode per-launch-config``, the
+  first launch of every (kernel, launch configuration) in the range; the plan then drops whole kernels whose
+  coverage the other profiled launches already bring (``prune``).
 
 Run (:func:`run_ncu`): one subprocess with a timeout, ``--clock-control none`` (ncu's default locks clocks at
 base, up to 32% slower on an H200), ``--csv --page raw`` into a log file. Failures never raise: the result
@@ -32,7 +33,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,10 @@ import numpy as np
 from dnnprof.ingest.ncu_csv import PERMISSION_HELP, NcuFormatError, NcuTable, ncu_install_dirs, read_ncu_csv
 from dnnprof.model.profile import Profile
 
-#: Metrics every capture asks for (names verified on sm_90 with Nsight Compute 2025.3).
+#: Metrics every capture asks for (names verified on sm_90 with Nsight Compute 2025.3): 17 replay passes per launch
+#: on an H100, 10 of them for the two speed-of-light throughputs alone (measured: SM and memory throughput % 10
+#: passes; duration, DRAM bytes, clocks, theoretical occupancy and waves 1, that group plus the FP32 SASS counters
+#: 3, plus the FP64/FP16 SASS counters 3, plus 4 tensor-core counters 5). A pass costs ~30 ms per launch there.
 NCU_METRICS = (
     "gpu__time_duration.sum",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -189,12 +193,22 @@ def base_name(name: str) -> str:
     return (head[:lt] if lt >= 0 else head).rsplit("::", 1)[-1].strip() or name.strip()
 
 
-def kernel_name_pattern(name: str, name_base: str = "demangled") -> str:
+_CAST = re.compile(r"\([A-Za-z_][\w:]*\)(?=-?\d)")
+
+
+def _template_words(targs: str) -> list[str]:
+    """Identifiers of a template-argument list without namespace qualifiers (``a::b::name`` → ``name``: ncu drops
+    or shortens namespaces) and without enum casts (Kineto's ``(cub::SortOrder)0`` is ncu's ``0``)."""
+    targs = _CAST.sub("", targs)
+    return [m.group(0) for m in _IDENT.finditer(targs) if not targs.startswith("::", m.end())]
+
+
+def kernel_name_pattern(name: str, name_base: str = "demangled", max_words: int = MAX_PATTERN_WORDS) -> str:
     """A regex selecting this kernel in ncu's ``--kernel-name-base`` form that also matches the Kineto name.
 
     ``demangled``: ``(^|[^A-Za-z0-9_])vectorized_elementwise_kernel<.*tanh_kernel_cuda.*TensorIteratorBase`` —
-    base name then up to :data:`MAX_PATTERN_WORDS` template-argument words in order (no namespaces, keywords, plain
-    types or numbers, which the two tools print differently: ``2ul``/``2``, ``false``/``0``). ``function``:
+    base name then up to ``max_words`` template-argument words in order (no namespaces, keywords, plain types or
+    numbers, which the two tools print differently: ``2ul``/``2``, ``false``/``0``). ``function``:
     ``(^|[^A-Za-z0-9_])base$``. Patterns contain no ':' so they also fit ``--kernel-id ::regex:…:N``.
     """
     base = base_name(name)
@@ -203,22 +217,32 @@ def kernel_name_pattern(name: str, name_base: str = "demangled") -> str:
     head = _head(name)
     lt = head.find("<")
     words: list[str] = []
-    for w in _IDENT.findall(head[lt:] if lt >= 0 else ""):
+    for w in _template_words(head[lt:] if lt >= 0 else ""):
         if w not in _PATTERN_STOP and len(w) >= 4 and not re.fullmatch(r"T\d+", w) and w not in words:
             words.append(w)
     if not words:
         return f"{_B}{re.escape(base)}([<(]|$)"
-    return f"{_B}{re.escape(base)}<.*" + ".*".join(re.escape(w) for w in words[:MAX_PATTERN_WORDS])
+    return f"{_B}{re.escape(base)}<.*" + ".*".join(re.escape(w) for w in words[:max_words])
 
 
-#: Filter strategies. "name": every launch whose name matches; "per-launch-config": the first K matching launches
-#: of each launch configuration (documented ncu semantics); "first-invocation": ``--kernel-id ::regex:…:1``, the
-#: first launch of every matching kernel name (ncu's documented "2nd invocation of all kernels which have Bar in
-#: name" example); "first-per-config": the same under ``--filter-mode per-launch-config``, i.e. one launch per
-#: (name, configuration) *if* ncu numbers invocations per configuration. The last two are predictions until
-#: benchmarks/gpu/ncu_gpt2_counters.py confirms them, so "auto" chooses among :data:`AUTO_STRATEGIES` only.
+#: Filter strategies. "name": every launch whose name passes the filter; "per-launch-config": the first K
+#: launches of each launch configuration (grid, block, shared memory) among them; "first-invocation":
+#: ``--kernel-id ::regex:…:1``, the first launch of every kernel; "first-per-config": the same under
+#: ``--filter-mode per-launch-config``, i.e. one launch per (kernel, configuration) — measured on an H100
+#: (benchmarks/gpu/ncu_gpt2_counters.py, exclude filter): 71 launches profiled where 68 were predicted (ncu took a
+#: second launch of 4 cuBLAS/cuDNN kernels and skipped one that shared its configuration with another).
 STRATEGIES = ("name", "per-launch-config", "first-invocation", "first-per-config")
-AUTO_STRATEGIES = ("per-launch-config", "name")
+AUTO_STRATEGIES = ("first-per-config", "per-launch-config", "name")
+#: Name-filter modes. "include": one alternative per wanted kernel. "exclude": every kernel *except* those not
+#: wanted (``^(?!.*(p1|p2|…))``). On an H100, ncu's include filter silently skipped some cuBLAS (nvjet …coopA/B…)
+#: and cuDNN SDPA kernels that every other filter profiled, losing 2.6% of the step's GPU time; an exclude filter
+#: fails safe: a kernel it does not recognise is profiled (one launch too many), never lost.
+FILTER_MODES = ("exclude", "include")
+#: Exclusion patterns use more template words than inclusion ones, so that they do not hit a wanted kernel.
+EXCLUDE_PATTERN_WORDS = 8
+#: Pruning keeps the predicted coverage this far above the target: on an H100, ncu skipped one predicted cuBLAS
+#: launch (0.6% of the step) whose launch configuration another selected kernel shared.
+PRUNE_MARGIN = 0.01
 
 
 @dataclass
@@ -233,15 +257,15 @@ class FilterPlan:
     predicted_coverage: float  # share of GPU time whose signature gets counters
     missed_signatures: int  # selected signatures the filter is predicted not to reach
     selection: Selection
+    mode: str = "include"
+    kernels: int = 0  # kernel names the filter lets through (in the recorded step)
 
     def options(self) -> list[str]:
-        if not self.kernel_regex:
-            return []
-        out = ["--kernel-name-base", self.name_base]
+        out: list[str] = []
         if self.strategy.startswith("first-"):
-            out += ["--kernel-id", f"::regex:{self.kernel_regex}:1"]
-        else:
-            out += ["--kernel-name", f"regex:{self.kernel_regex}"]
+            out += ["--kernel-name-base", self.name_base, "--kernel-id", f"::regex:{self.kernel_regex or '.*'}:1"]
+        elif self.kernel_regex:
+            out += ["--kernel-name-base", self.name_base, "--kernel-name", f"regex:{self.kernel_regex}"]
         if self.strategy in ("per-launch-config", "first-per-config"):
             out += ["--filter-mode", "per-launch-config"]
         if self.launch_count is not None:
@@ -265,43 +289,96 @@ def _predict(seq: LaunchSequence, matched: np.ndarray, strategy: str, k: int = 1
     return np.asarray(out, dtype=np.int64)
 
 
+class _NameFilters:
+    """Name filters over one step's kernel names, with each pattern's matches computed once."""
+
+    def __init__(self, names: list[str], mode: str, name_base: str) -> None:
+        self.mode, self.name_base = mode, name_base
+        self.names = list(dict.fromkeys(names))
+        words = EXCLUDE_PATTERN_WORDS if mode == "exclude" and name_base != "function" else MAX_PATTERN_WORDS
+        self.pattern = {n: kernel_name_pattern(n, name_base, words) for n in self.names}
+        keys = [base_name(n) if name_base == "function" else n for n in self.names]
+        self.hits = {p: frozenset(n for n, k in zip(self.names, keys, strict=True) if re.search(p, k))
+                     for p in dict.fromkeys(self.pattern.values())}
+
+    def build(self, wanted: set[str]) -> tuple[str, set[str]]:
+        """(regex, the step's names it lets through) for the ``wanted`` kernel names."""
+        if self.mode == "include":
+            pats = list(dict.fromkeys(self.pattern[n] for n in self.names if n in wanted))
+            through = set().union(*(self.hits[p] for p in pats)) if pats else set()
+            return "|".join(f"({p})" for p in pats), through
+        # exclude: one pattern per unwanted name, kept only when it hits no wanted name
+        pats = list(dict.fromkeys(self.pattern[n] for n in self.names if n not in wanted))
+        pats = [p for p in pats if not (self.hits[p] & wanted)]
+        out = set(self.names).difference(*(self.hits[p] for p in pats))
+        if not pats:
+            return "", out
+        return "^(?!.*(" + "|".join(f"({p})" for p in pats) + "))", out
+
+
 def plan_filters(seq: LaunchSequence, selection: Selection, strategy: str = "auto", name_base: str = "demangled",
-                 max_launch_count: int = 32) -> FilterPlan:
+                 max_launch_count: int = 32, mode: str = "exclude", prune: bool = True) -> FilterPlan:
     """Filters for the selected signatures and their predicted effect; "auto" takes the candidate of
-    :data:`AUTO_STRATEGIES` that reaches every selected signature with the fewest profiled launches."""
+    :data:`AUTO_STRATEGIES` that reaches every selected signature with the fewest profiled launches.
+
+    A name filter lets whole kernels through, so launches of unselected signatures of a selected kernel are
+    profiled too and add coverage; with ``prune`` the plan then drops selected kernels, cheapest coverage first,
+    while the predicted coverage stays at or above the selection's target plus :data:`PRUNE_MARGIN`."""
     if strategy != "auto" and strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected auto or one of {', '.join(STRATEGIES)}")
+    if mode not in FILTER_MODES:
+        raise ValueError(f"unknown filter mode {mode!r}; expected one of {', '.join(FILTER_MODES)}")
     ids, sigs = seq.signature_ids()
     index = {s: i for i, s in enumerate(sigs)}
-    wanted = {index[(s.name, s.grid, s.block, s.registers, s.smem_bytes)] for s in selection.signatures}
-    patterns = list(dict.fromkeys(kernel_name_pattern(s.name, name_base) for s in selection.signatures))
-    rx = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+    wanted_sigs = {index[(s.name, s.grid, s.block, s.registers, s.smem_bytes)] for s in selection.signatures}
+    names = [str(n) for n in seq.names]
+    dur = seq.dur_ns.astype(np.float64)
+    total = float(dur.sum())
+    filters = _NameFilters(names, mode, name_base)
 
-    @cache
-    def hit(name: str) -> bool:
-        return rx is not None and rx.search(base_name(name) if name_base == "function" else name) is not None
-
-    matched = np.flatnonzero([hit(str(n)) for n in seq.names]).astype(np.int64)
-    candidates: list[tuple[str, int | None, np.ndarray]] = []
-    for strat in (AUTO_STRATEGIES if strategy == "auto" else (strategy,)):
+    def build(wanted: set[str], strat: str) -> tuple[str, set[str], int | None, np.ndarray]:
+        regex, through = filters.build(wanted)
+        matched = np.flatnonzero([n in through for n in names]).astype(np.int64)
         if strat != "per-launch-config":
-            candidates.append((strat, None, _predict(seq, matched, strat)))
-            continue
+            return regex, through, None, _predict(seq, matched, strat)
+        need = {i for i in wanted_sigs if sigs[i][0] in wanted}
         for k in range(1, max_launch_count + 1):  # smallest K that reaches every wanted signature
             prof = _predict(seq, matched, strat, k)
-            if wanted <= set(ids[prof].tolist()) or k == max_launch_count:
-                candidates.append((strat, k, prof))
-                break
-    dur = seq.dur_ns.astype(np.float64)
+            if need <= set(ids[prof].tolist()) or k == max_launch_count:
+                return regex, through, k, prof
+        raise AssertionError("unreachable")
 
-    def judge(c: tuple[str, int | None, np.ndarray]) -> tuple[int, int]:
-        return (len(wanted - set(ids[c[2]].tolist())), len(c[2]))
+    def coverage(prof: np.ndarray) -> float:
+        reached = np.unique(ids[prof]) if len(prof) else np.zeros(0, dtype=np.int64)
+        return float(dur[np.isin(ids, reached)].sum()) / total if total else 0.0
 
-    strat, count, prof = min(candidates, key=judge)
-    reached = np.unique(ids[prof]) if len(prof) else np.zeros(0, dtype=np.int64)
-    covered = float(dur[np.isin(ids, reached)].sum()) / float(dur.sum()) if dur.sum() else 0.0
-    return FilterPlan(strat, "|".join(f"({p})" for p in patterns), name_base, count, prof, covered,
-                      len(wanted - set(reached.tolist())), selection)
+    wanted_names = {sigs[i][0] for i in wanted_sigs}
+    candidates = []
+    for strat in (AUTO_STRATEGIES if strategy == "auto" else (strategy,)):
+        regex, through, count, prof = build(wanted_names, strat)
+        candidates.append((len(wanted_sigs - set(ids[prof].tolist())), len(prof), strat, wanted_names, regex,
+                           through, count, prof))
+    missed, _, strat, wanted, regex, through, count, prof = min(candidates, key=lambda c: c[:2])
+    floor = min(selection.target + PRUNE_MARGIN, coverage(prof))
+    if prune and missed == 0 and len(prof):
+        # drop whole kernels, least GPU time per profiled launch first, while coverage holds
+        per_name: dict[str, list[float]] = {}
+        for i in prof.tolist():
+            per_name.setdefault(names[i], [0.0, 0.0])[1] += 1
+        for i, n in enumerate(names):
+            if n in per_name:
+                per_name[n][0] += dur[i]
+        for n in sorted(per_name, key=lambda n: per_name[n][0] / per_name[n][1]):
+            if n not in wanted:
+                continue
+            trial = build(wanted - {n}, strat)
+            if coverage(trial[3]) >= floor and len(trial[3]) < len(prof):
+                wanted = wanted - {n}
+                regex, through, count, prof = trial
+    reached = set(ids[prof].tolist()) if len(prof) else set()
+    return FilterPlan(strat, regex, name_base, count, prof, coverage(prof),
+                      len({i for i in wanted_sigs if sigs[i][0] in wanted} - reached), selection, mode,
+                      len(through))
 
 
 # --- the command -----------------------------------------------------------------------------------------------
@@ -338,8 +415,7 @@ def metrics_for(compute_capability: str | None) -> tuple[list[str], list[str]]:
 def build_ncu_command(ncu: str, target: Sequence[str], log_path: str | os.PathLike[str], *,
                       nvtx_range: str | None = "step3", plan: FilterPlan | None = None,
                       compute_capability: str | None = "9.0", clock_control: str = "none",
-                      cache_control: str = "all", process_scope: bool = True,
-                      extra: Sequence[str] = ()) -> list[str]:
+                      cache_control: str = "all", process_scope: bool = True, extra: Sequence[str] = ()) -> list[str]:
     """The ncu command line for ``target`` (the workload's argv). ``plan=None`` profiles every kernel in the range;
     ``process_scope`` adds ``--nvtx-push-pop-scope process`` (Nsight Compute 2024.2+; see the module docstring)."""
     metrics, sections = metrics_for(compute_capability)
@@ -436,7 +512,8 @@ def run_ncu(cmd: Sequence[str], log_path: str | os.PathLike[str], timeout_s: flo
 def collect_counters(target: Sequence[str], seq: LaunchSequence, log_path: str | os.PathLike[str], *,
                      nvtx_range: str = "step3", coverage: float = DEFAULT_COVERAGE,
                      compute_capability: str | None = "9.0", timeout_s: float = 600.0, ncu: str | None = None,
-                     env: dict[str, str] | None = None) -> tuple[NcuRunResult, FilterPlan | None]:
+                     env: dict[str, str] | None = None,
+                     cwd: str | None = None) -> tuple[NcuRunResult, FilterPlan | None]:
     """Select, plan, build and run in one call. ``target`` must run the workload with ``seq``'s step wrapped in an
     NVTX push/pop range named ``nvtx_range``. Returns the run result and the plan (None when ncu is missing)."""
     exe = ncu or find_ncu()
@@ -447,4 +524,4 @@ def collect_counters(target: Sequence[str], seq: LaunchSequence, log_path: str |
     scope = "--nvtx-push-pop-scope" in ncu_help(exe) or not ncu_help(exe)
     cmd = build_ncu_command(exe, target, log_path, nvtx_range=nvtx_range, plan=plan,
                             compute_capability=compute_capability, process_scope=scope)
-    return run_ncu(cmd, log_path, timeout_s=timeout_s, env=env), plan
+    return run_ncu(cmd, log_path, timeout_s=timeout_s, env=env, cwd=cwd), plan
