@@ -234,3 +234,94 @@ def test_background_thread_samples_and_stops() -> None:
 def test_bad_period_is_refused() -> None:
     with pytest.raises(ValueError, match=r"outside 0\.001–10 s"):
         NvmlSampler(Nvml(lib=FakeNvml([0])), [], period_s=0.0)
+
+
+FAKE_MODULE = '''
+from types import SimpleNamespace
+
+
+class NVMLError(Exception):
+    pass
+
+
+NVML_CLOCK_SM = 1
+NVML_TEMPERATURE_GPU = 0
+
+
+def nvmlInit():
+    pass
+
+
+def nvmlShutdown():
+    pass
+
+
+def nvmlDeviceGetHandleByUUID(uuid):
+    if uuid != "GPU-1234":
+        raise NVMLError("Not Found")
+    return "h0"
+
+
+def nvmlDeviceGetName(h):
+    return "NVIDIA H200"
+
+
+def nvmlDeviceGetUUID(h):
+    return "GPU-1234"
+
+
+def nvmlDeviceGetUtilizationRates(h):
+    return SimpleNamespace(gpu=97, memory=31)
+
+
+def nvmlDeviceGetMemoryInfo(h):
+    return SimpleNamespace(total=141 << 30, used=20 << 30, free=121 << 30)
+
+
+def nvmlDeviceGetPowerUsage(h):
+    return 412_500
+
+
+def nvmlDeviceGetClockInfo(h, kind):
+    return 1980
+
+
+def nvmlDeviceGetTemperature(h, kind):
+    return 45
+
+
+def nvmlGpmQueryDeviceSupport(h):
+    return SimpleNamespace(isSupportedDevice=0)
+'''
+
+
+def test_helper_process_samples_and_sends_them_back(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    (tmp_path / "fake_pynvml_mod.py").write_text(FAKE_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    nvml = Nvml(lib=importlib.import_module("fake_pynvml_mod"))
+    assert nvml.open()
+    s = NvmlSampler(nvml, [(0, nvml.handle(uuid="1234"))], period_s=0.01)
+    s.start()
+    assert s.running and s.mode == "process"
+    time.sleep(1.0)
+    s.stop()
+    assert not s.running
+    st = s.status()
+    assert st["sampled_in"] == "process" and "error" not in st, st
+    assert s.ticks >= 3 and st["gpm"] == {"0": "NVML GPM is not supported on this GPU (needs Hopper or later)"}
+    cols = s.columns()
+    assert "power_w" in cols["metrics"] and cols["ts_ns"] == sorted(cols["ts_ns"])
+    assert cols["ts_ns"][0] > 1_600_000_000 * 10**9
+
+
+def test_fake_library_objects_sample_in_a_thread() -> None:
+    fake = FakeNvml([0], gpm=False)
+    nvml = Nvml(lib=fake)
+    nvml.open()
+    s = NvmlSampler(nvml, [(0, "h0")], period_s=0.005)
+    s.start()
+    assert s.mode == "thread"
+    s.stop()

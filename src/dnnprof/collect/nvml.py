@@ -104,6 +104,11 @@ class Nvml:
     def available(self) -> bool:
         return self._open
 
+    @property
+    def lib(self) -> Any:
+        """The library object in use (``pynvml`` or a fake); None before :meth:`open` imported it."""
+        return self._lib
+
     # --- the chokepoint ------------------------------------------------------------------------------------
     def _error_types(self) -> tuple[type[BaseException], ...]:
         err = getattr(self._lib, "NVMLError", None)

@@ -7,14 +7,25 @@ more than 100 ms apart, so the sampler keeps a small ring of GPM samples and, at
 with the newest one at least ``gpm_window_s`` older: a rolling window, one value per tick, time-stamped at the
 window's midpoint. Timestamps are ``clock_ns()`` (Unix-epoch ns by default), converted to the trace clock later.
 
+With the real ``pynvml`` the sampling loop runs in a helper process (``python -m dnnprof.collect.sampler``) that
+sends its samples back when told to stop: a sampling thread inside the training process would take the GIL from
+the training thread at every NVML call (each ``pynvml`` call releases and re-takes it), and a training loop that
+launches kernels from Python pays for every such hand-off. With a fake NVML (tests), or where the helper cannot
+start, the loop runs in a daemon thread of this process.
+
 All NVML calls go through :class:`dnnprof.collect.nvml.Nvml`; nothing here raises because NVML is missing.
 """
 
 from __future__ import annotations
 
 import collections
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -73,6 +84,8 @@ class NvmlSampler:
         gpm: try NVML GPM on devices that support it.
         gpm_window_s: minimum time between the two GPM samples of one value (NVML needs > 0.1 s).
         clock_ns: the time source; a fake clock makes ticks deterministic in tests.
+        process: run the sampling loop in a helper process (None: when NVML is the ``pynvml`` module and every
+            device has a UUID; the helper opens the same devices by UUID).
     """
 
     def __init__(
@@ -84,6 +97,7 @@ class NvmlSampler:
         gpm: bool = True,
         gpm_window_s: float = GPM_MIN_WINDOW_S,
         clock_ns: Callable[[], int] = time.time_ns,
+        process: bool | None = None,
     ) -> None:
         if not 0.001 <= period_s <= 10:
             raise ValueError(f"sampling period {period_s} s is outside 0.001–10 s")
@@ -106,6 +120,16 @@ class NvmlSampler:
         self._gpm_ids = list(GPM_METRICS)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._gpm_on = gpm
+        self._proc: subprocess.Popen[str] | None = None
+        self._uuids: list[tuple[int, str]] = []
+        self.mode = "thread"
+        if process is not False and nvml.available and isinstance(nvml.lib, types.ModuleType) and clock_ns is time.time_ns:
+            uuids = [(dev, nvml.device_info(h).get("uuid", "")) for dev, h in self.devices]
+            if all(u for _, u in uuids):
+                self._uuids = uuids
+        elif process:
+            raise ValueError("a helper process needs NVML as a module and the wall clock")
         if gpm and nvml.available:
             ring = int(gpm_window_s / period_s) + 2
             for dev, h in self.devices:
@@ -168,25 +192,71 @@ class NvmlSampler:
             self.error = f"sampler stopped: {type(e).__name__}: {e}"
 
     def start(self) -> None:
-        """Start the background thread (no-op when NVML is not available or already running)."""
-        if self._thread is not None or not self.nvml.available or not self.devices:
+        """Start sampling (no-op when NVML is not available or already running): in a helper process when
+        possible (see the module docstring), else in a daemon thread."""
+        if self.running or not self.nvml.available or not self.devices:
+            return
+        if self._uuids and self._start_process():
             return
         self._stop.clear()
+        self.mode = "thread"
         self._thread = threading.Thread(target=self._run, name="dnnprof-nvml-sampler", daemon=True)
         self._thread.start()
 
+    def _start_process(self) -> bool:
+        args = {"lib": self.nvml.lib.__name__, "devices": self._uuids, "period_s": self.period_s,
+                "gpm": self._gpm_on, "gpm_window_s": self.window_ns / 1e9}
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DNNPROF_")}
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "dnnprof.collect.sampler", json.dumps(args)], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, close_fds=True)
+        except OSError as e:
+            self.error = f"sampler process could not start ({e}); sampled in a thread instead"
+            return False
+        self.mode = "process"
+        return True
+
+    def _stop_process(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            out, err = proc.communicate("stop\n", timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        try:
+            doc = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+        except json.JSONDecodeError:
+            doc = None
+        if doc is None:
+            self.error = f"sampler process returned no samples (exit {proc.returncode}): {err.strip()[-300:]}"
+            return
+        cols, st = doc["columns"], doc["status"]
+        self.metric_names = list(cols["metrics"])
+        self._metric_index = {n: i for i, n in enumerate(self.metric_names)}
+        self.device, self.ts_ns = list(cols["device"]), list(cols["ts_ns"])
+        self.metric, self.value = list(cols["metric"]), list(cols["value"])
+        self.ticks, self.late_ticks = int(st["ticks"]), int(st["late_ticks"])
+        if st.get("error"):
+            self.error = st["error"]
+
     def stop(self) -> None:
-        """Stop the thread and release GPM buffers (idempotent)."""
+        """Stop sampling and release GPM buffers (idempotent)."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join(timeout=5)
             self._thread = None
+        self._stop_process()
         for ring in self._gpm.values():
             ring.free()
 
     @property
     def running(self) -> bool:
-        return self._thread is not None
+        return self._thread is not None or self._proc is not None
 
     # --- results -------------------------------------------------------------------------------------------
     def columns(self) -> dict[str, Any]:
@@ -198,6 +268,7 @@ class NvmlSampler:
         """What was sampled and what was not, with reasons."""
         return {
             "nvml": "ok" if self.nvml.available else (self.nvml.reason or "not available"),
+            "sampled_in": self.mode,
             "period_s": self.period_s,
             "gpm_window_s": self.window_ns / 1e9,
             "devices": [dev for dev, _ in self.devices],
@@ -208,3 +279,32 @@ class NvmlSampler:
             "metrics": list(self.metric_names),
             **({"error": self.error} if self.error else {}),
         }
+
+
+def _helper(argv: list[str]) -> int:
+    """The helper process: sample the devices (by UUID) until a line or EOF arrives on stdin, then print
+    ``{"columns": …, "status": …}`` as one JSON line."""
+    import importlib
+
+    from dnnprof.collect.nvml import Nvml
+
+    args = json.loads(argv[0])
+    nvml = Nvml(lib=importlib.import_module(args["lib"]))
+    devices = []
+    if nvml.open():
+        devices = [(int(dev), h) for dev, uuid in args["devices"] if (h := nvml.handle(uuid=uuid)) is not None]
+    sampler = NvmlSampler(nvml, devices, period_s=float(args["period_s"]), gpm=bool(args["gpm"]),
+                          gpm_window_s=float(args["gpm_window_s"]), process=False)
+    sampler.start()
+    sys.stdin.readline()
+    sampler.stop()
+    if len(devices) < len(args["devices"]):
+        sampler.error = sampler.error or f"NVML found {len(devices)} of {len(args['devices'])} devices by UUID"
+    sys.stdout.write(json.dumps({"columns": sampler.columns(), "status": sampler.status()}) + "\n")
+    sys.stdout.flush()
+    nvml.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_helper(sys.argv[1:]))
