@@ -3,6 +3,7 @@
 Run on the GPU machine (no network; dnnprof from this checkout, msgspec importable):
     OUT=out python benchmarks/gpu/overhead_gpt2.py            # ~2–3 min on an H100
     OUT=out python benchmarks/gpu/overhead_gpt2.py --variants # also default mode without NVML sampling (~+40 s)
+    OUT=out python benchmarks/gpu/overhead_gpt2.py --repeats 3 # 3 rounds of (plain, default, full), interleaved
     python benchmarks/gpu/overhead_gpt2.py --smoke                # CPU check of this harness, measures nothing
 
 Workload (as in docs/collection.md): transformers ``GPT2LMHeadModel(GPT2Config())`` (124M, random init), batch
@@ -77,12 +78,12 @@ def _script_median(times_path: Path, first: int, count: int) -> tuple[float, lis
     return statistics.median(ts) / 1e6, [t / 1e6 for t in ts]
 
 
-def run_config(name: str, dnnprof_args: list[str] | None) -> dict:
-    times = OUT / f"steps_{name}.json"
+def run_config(name: str, dnnprof_args: list[str] | None, tag: str = "") -> dict:
+    times = OUT / f"steps_{name}{tag}.json"
     warmup, n = RUN["warmup"], RUN["steps"]
     target = [sys.executable, __file__, "--train", "--steps", str(warmup + n + 15), "--times", str(times),
               *(["--smoke"] if RUN["smoke"] else [])]
-    run_dir = OUT / f"run_{name}"
+    run_dir = OUT / f"run_{name}{tag}"
     if dnnprof_args is None:
         cmd = target
     else:
@@ -139,6 +140,7 @@ def main() -> None:
     p.add_argument("--times", default="", help=argparse.SUPPRESS)
     p.add_argument("--variants", action="store_true", help="also default mode without NVML sampling")
     p.add_argument("--smoke", action="store_true", help="tiny model on the CPU: checks the harness, measures nothing")
+    p.add_argument("--repeats", type=int, default=1, help="rounds of all configurations, interleaved")
     args = p.parse_args()
     if args.train:
         train(args.steps, args.times, smoke=args.smoke)
@@ -149,33 +151,47 @@ def main() -> None:
     configs: list[tuple[str, list[str] | None]] = [("none", None), ("default", []), ("full", ["--full"])]
     if args.variants:
         configs.insert(2, ("default_no_nvml", ["--no-nvml"]))
-    rows = [run_config(name, a) for name, a in configs]
-    base = rows[0].get("median_ms")
-    for r in rows:
-        if base and r.get("median_ms"):
-            r["dilation"] = round(r["median_ms"] / base, 4)
+    rows = []
+    for k in range(args.repeats):
+        tag = f"_r{k}" if args.repeats > 1 else ""
+        got: list[dict] = []
+        for name, a in configs:
+            r = run_config(name, a, tag)
+            r["round"] = k
+            base = got[0].get("median_ms") if got else r.get("median_ms")
+            if base and r.get("median_ms"):
+                r["dilation"] = round(r["median_ms"] / base, 4)
+            got.append(r)
+            print(f"round {k} {name}: {r.get('median_ms')} ms/step, dilation {r.get('dilation')}, in-process "
+                  f"{r.get('dnnprof_in_process_dilation')}, wall {r.get('wall_s')} s", flush=True)
+        rows += got
+    medians = {name: statistics.median(ds) for name, _ in configs
+               if (ds := [r["dilation"] for r in rows if r["config"] == name and r.get("dilation")])}
     import torch
 
     doc = {"gpu": "cpu (smoke)" if RUN["smoke"] else torch.cuda.get_device_name(0), "torch": torch.__version__,
            "warmup": RUN["warmup"], "steps": RUN["steps"],
-           "targets": {"default": 1.05, "full": 1.3}, "rows": rows}
+           "targets": {"default": 1.05, "full": 1.3}, "repeats": args.repeats, "median_dilation": medians,
+           "rows": rows}
     (OUT / "overhead_gpt2.json").write_text(json.dumps(doc, indent=1, default=str))
     print(f"\nGPT-2 124M, batch 8x512, bf16 autocast, AdamW(fused) on {doc['gpu']} (torch {doc['torch']})")
-    print(f"{'config':<18}{'step ms':>9}{'dilation':>10}{'in-proc':>9}{'attr ms':>9}{'after ms':>9}{'matched%':>9}"
+    print(f"{'config':<18}{'rnd':>4}{'step ms':>9}{'dilation':>10}{'in-proc':>9}{'attr ms':>9}{'after ms':>9}{'matched%':>9}"
           f"{'busy%':>7}{'layers':>7}{'SM act%':>8}{'wall s':>8}")
     for r in rows:
         if r.get("error"):
-            print(f"{r['config']:<18} FAILED (exit {r['returncode']}): {r['error'].splitlines()[-1:]}")
+            print(f"{r['config']:<18}{r['round']:4d} FAILED (exit {r['returncode']}): {r['error'].splitlines()[-1:]}")
             continue
 
         def f(v: object, fmt: str) -> str:
             return format(v, fmt) if isinstance(v, (int, float)) else "-".rjust(int(fmt.split(".")[0].rstrip("d")))
 
-        print(f"{r['config']:<18}{f(r.get('median_ms'), '9.2f')}{f(r.get('dilation'), '10.3f')}"
+        print(f"{r['config']:<18}{r['round']:4d}{f(r.get('median_ms'), '9.2f')}{f(r.get('dilation'), '10.3f')}"
               f"{f(r.get('dnnprof_in_process_dilation'), '9.3f')}{f(r.get('attribution_median_ms'), '9.2f')}"
               f"{f(r.get('after_median_ms'), '9.2f')}{f(r.get('matched_kernels_pct'), '9.1f')}"
               f"{f(r.get('gpu_busy_pct'), '7.1f')}{f(r.get('layers'), '7d')}"
               f"{f((r.get('samples') or {}).get('sm_active_pct'), '8.1f')}{f(r.get('wall_s'), '8.1f')}")
+
+    print("median dilation over rounds: " + ", ".join(f"{k} {v:.3f}" for k, v in medians.items()))
 
 
 if __name__ == "__main__":

@@ -16,8 +16,14 @@ Scenarios: ``none``; ``cuda_only`` (torch.profiler, CUDA activity alone, saved r
 ``timing`` (dnnprof's timing window: CUDA + user ranges, no ops); ``timing_nvml20`` / ``timing_nvml50`` (plus the
 NVML/GPM sampler every 20 / 50 ms); ``timing_stack`` (plus the host stack sampler, 10 ms); ``full_nostack``
 (CPU ops, shapes, memory events, module ranges: ``--full`` without Python stacks). With ``--only``, also:
-``timing_samplers`` (stack + NVML 20 ms), ``kernels_only`` (GPU activity without runtime-call records, where this
-PyTorch accepts activity filters), ``attribution``, ``full``.
+``timing_samplers`` (stack + NVML 20 ms), ``timing_default`` (stack 10 ms + NVML 50 ms: the collector's defaults),
+``timing_stack50`` (stack sampler every 50 ms), ``timing_nvmlproc50`` / ``timing_stack_nvmlproc`` (NVML every
+50 ms sampled in a helper process, without / with the stack sampler), ``kernels_only`` (GPU activity without runtime-call records, where
+this PyTorch accepts activity filters), ``attribution``, ``full``, ``full_noranges`` (``--full`` without dnnprof's
+module ranges), ``full_withmodules`` (torch's ``with_modules`` instead of dnnprof's module ranges), ``full_nomem``
+(without memory events), ``full_noshapes`` (without shapes). ``--only`` may name a scenario twice (e.g. ``none``
+first and last, to see drift). ``--cycles N`` opens the window N times in each process (8 steps, then 6 plain
+steps) and reports the median over cycles of (window / the plain steps around it): use it on a noisy host.
 Writes $OUT/timing_window_probe.json and prints a table last.
 """
 
@@ -38,8 +44,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ("none", "cuda_only", "timing", "timing_nvml20", "timing_nvml50", "timing_stack", "full_nostack")
 #: Run only when named with --only.
-EXTRA = ("timing_samplers", "kernels_only", "attribution", "full")
+EXTRA = ("timing_samplers", "timing_default", "timing_stack50", "timing_nvmlproc50", "timing_stack_nvmlproc",
+         "kernels_only", "attribution", "full", "full_noranges", "full_nomem", "full_noshapes", "full_withmodules")
+#: Profiler keyword overrides of the ``full_*`` variants.
+FULL_VARIANTS = {"full_nostack": {"record_shapes": True, "profile_memory": True, "with_stack": False},
+                 "full_nomem": {"profile_memory": False}, "full_noshapes": {"record_shapes": False},
+                 "full_withmodules": {"with_modules": True}}
 WARM, WINDOW, AFTER = 6, 10, 10
+#: With ``--cycles N``: steps per window and plain steps after it (the first of them pays the CUPTI teardown).
+CYCLE_WINDOW, CYCLE_PLAIN = 8, 6
 
 
 def _trace_check(path: Path) -> dict[str, Any]:
@@ -55,32 +68,32 @@ def _trace_check(path: Path) -> dict[str, Any]:
 
 def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
     """(start, per-step hook, stop-and-export) callables for one scenario."""
+    from dnnprof.collect import windows
     from dnnprof.collect.windows import Window
 
     cuda = torch.cuda.is_available()
     state: dict[str, Any] = {}
-    if scenario in ("timing", "timing_samplers", "timing_nvml20", "timing_nvml50", "timing_stack", "attribution",
-                    "full", "full_nostack"):
-        kind = "timing" if scenario.startswith("timing") else {"full_nostack": "attribution"}.get(scenario, scenario)
+    if scenario.startswith(("timing", "full")) or scenario == "attribution":
+        kind = "timing" if scenario.startswith("timing") else "full" if scenario.startswith("full") else scenario
 
         def start(k: int) -> None:
             w = Window(torch, kind, k, cuda=cuda)
-            if scenario == "full_nostack":  # what --full would be without Python stacks
-                orig = torch.profiler.profile
-
+            over = FULL_VARIANTS.get(scenario, {})
+            orig, orig_ranges = torch.profiler.profile, windows.ModuleRanges
+            if over:
                 def profile(**kw: Any) -> Any:
-                    return orig(**{**kw, "record_shapes": True, "profile_memory": True})
+                    return orig(**{**kw, **over})
 
                 torch.profiler.profile = profile
-                try:
-                    w.start()
-                finally:
-                    torch.profiler.profile = orig
-            else:
+            if scenario in ("full_noranges", "full_withmodules"):
+                windows.ModuleRanges = _NoRanges
+            try:
                 w.start()
+            finally:
+                torch.profiler.profile, windows.ModuleRanges = orig, orig_ranges
             w.open_step(k)
             state["w"] = w
-            if scenario != "timing" and scenario.startswith("timing"):
+            if scenario in SAMPLERS:
                 state["samplers"] = _samplers(torch, scenario)
 
         def step(k: int) -> None:
@@ -91,11 +104,15 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
             t = time.perf_counter()
             state["w"].stop()
             stop_s = time.perf_counter() - t
+            extra: dict[str, Any] = {}
             for s in state.get("samplers", []):
                 s.stop()
+                if hasattr(s, "status"):
+                    extra["nvml"] = {k: v for k, v in s.status().items()
+                                     if k in ("ticks", "late_ticks", "gpm", "sampled_in", "error")}
             state["w"].export(out)
             w = state["w"]
-            return {"stop_s": round(stop_s, 3), "export_s": w.export_s, "op_scopes": w.scopes,
+            return {"stop_s": round(stop_s, 3), "export_s": w.export_s, "op_scopes": w.scopes, **extra,
                     **_trace_check(out / f"{w.kind}.json.gz")}
 
         return start, step, stop
@@ -127,25 +144,55 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
     return (lambda k: None), (lambda k: None), (lambda: {})
 
 
+class _NoRanges:
+    """Stands in for ``ModuleRanges`` in ``full_noranges``: installs nothing."""
+
+    fast = False
+    calls = 0
+
+    def __init__(self, torch: Any) -> None:
+        pass
+
+    def install(self) -> None:
+        pass
+
+    def remove(self) -> None:
+        pass
+
+    def live_roots(self) -> list[Any]:
+        return []
+
+
+#: Samplers per scenario: (stack sampler period or None, NVML period or None, NVML in a helper process).
+SAMPLERS = {"timing_samplers": (0.01, 0.02, False), "timing_default": (0.01, 0.05, False),
+            "timing_stack": (0.01, None, False), "timing_stack50": (0.05, None, False),
+            "timing_nvml20": (None, 0.02, False), "timing_nvml50": (None, 0.05, False),
+            "timing_nvmlproc50": (None, 0.05, True), "timing_stack_nvmlproc": (0.01, 0.05, True)}
+
+
 def _samplers(torch: Any, scenario: str) -> list[Any]:
-    """The host stack sampler (10 ms) and/or the NVML/GPM sampler (20 or 50 ms), as the scenario names."""
+    """The host stack sampler and/or the NVML/GPM sampler, at the periods ``SAMPLERS`` gives for the scenario."""
     from dnnprof.collect.nvml import Nvml
     from dnnprof.collect.sampler import NvmlSampler
     from dnnprof.collect.stacks import StackSampler
 
-    out: list[Any] = [StackSampler()] if scenario in ("timing_samplers", "timing_stack") else []
+    stack_s, nvml_s, proc = SAMPLERS.get(scenario, (None, None, False))
+    out: list[Any] = [StackSampler(period_s=stack_s)] if stack_s else []
     nvml = Nvml()
-    if "stack" not in scenario and torch.cuda.is_available() and nvml.open():
+    if nvml_s and torch.cuda.is_available() and nvml.open():
         uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None)
         h = nvml.handle(index=None if os.environ.get("CUDA_VISIBLE_DEVICES") else 0, uuid=str(uuid) if uuid else None)
         if h is not None:
-            out.append(NvmlSampler(nvml, [(0, h)], period_s=0.02 if scenario != "timing_nvml50" else 0.05))
+            out.append(NvmlSampler(nvml, [(0, h)], period_s=nvml_s, process=proc))
     for s in out:
         s.start()
     return out
 
 
-def child(scenario: str, out: Path, smoke: bool) -> dict[str, Any]:
+def child(scenario: str, out: Path, smoke: bool, cycles: int = 1) -> dict[str, Any]:
+    """One scenario. ``cycles`` > 1: the window is opened ``cycles`` times (``CYCLE_WINDOW`` steps, then one
+    teardown step and ``CYCLE_PLAIN`` plain steps) and each window is compared with the plain steps on both sides
+    of it, which cancels the slow drifts of a noisy host."""
     os.environ.setdefault("TEARDOWN_CUPTI", "1")
     sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
     sys.path.insert(0, str(ROOT / "src"))
@@ -154,48 +201,77 @@ def child(scenario: str, out: Path, smoke: bool) -> dict[str, Any]:
 
     step = build(smoke)
     start, hook, stop = _session(torch, scenario, out)
+    window, plain = (WINDOW, AFTER) if cycles == 1 else (CYCLE_WINDOW, CYCLE_PLAIN)
+    # Per step: "warm", "on", "teardown" (first step after a stop) or "off".
+    kinds = ["warm"] * WARM + (["on"] * window + ["teardown"] + ["off"] * (plain - 1)) * cycles
     times: list[int] = []
     info: dict[str, Any] = {}
-    last = time.perf_counter_ns()
-    for i in range(WARM + WINDOW + AFTER):
-        if i == WARM:
+    for i, kind in enumerate(kinds):
+        if kind == "on" and (i == 0 or kinds[i - 1] != "on"):
             try:
                 start(i)
             except NotImplementedError as e:
                 return {"scenario": scenario, "skipped": str(e)}
-        elif WARM < i < WARM + WINDOW:
+        elif kind == "on":
             hook(i)
-        elif i == WARM + WINDOW:
+        elif kind == "teardown":
             info = stop()
         last = time.perf_counter_ns()
         step()
-        now = time.perf_counter_ns()
-        times.append(now - last)
+        times.append(time.perf_counter_ns() - last)
     ms = [t / 1e6 for t in times]
-    return {"scenario": scenario, "before_ms": statistics.median(ms[2:WARM]),
-            "inside_ms": statistics.median(ms[WARM:WARM + WINDOW]), "first_after_ms": ms[WARM + WINDOW],
-            "after_ms": statistics.median(ms[WARM + WINDOW + 1:]), "steps_ms": [round(x, 2) for x in ms], **info}
+    med = statistics.median
+    # Runs of equal kinds, in order: the cycle ratios compare each "on" run with the plain runs around it.
+    runs: list[tuple[str, list[float]]] = []
+    for i, kind in enumerate(kinds):
+        if kind == "warm" and i < 2:
+            continue  # the first steps pay for CUDA/cuBLAS start-up
+        k = "off" if kind == "warm" else kind
+        if runs and runs[-1][0] == k:
+            runs[-1][1].append(ms[i])
+        else:
+            runs.append((k, [ms[i]]))
+    offs = [(j, v) for j, (k, v) in enumerate(runs) if k == "off"]
+    ratios = []
+    for j, (k, v) in enumerate(runs):
+        if k != "on":
+            continue
+        around = [x for jj, vv in offs if abs(jj - j) <= 2 for x in vv]
+        ratios.append(round(med(v) / med(around), 4))
+    on = [x for k, v in runs if k == "on" for x in v]
+    off = [x for _, v in offs for x in v]
+    first_after = [ms[i] for i, k in enumerate(kinds) if k == "teardown"]
+    return {"scenario": scenario, "cycles": cycles, "before_ms": med(ms[2:WARM]), "inside_ms": med(on),
+            "first_after_ms": med(first_after), "after_ms": med(off), "cycle_ratios": ratios,
+            "ratio": med(ratios), "steps_ms": [round(x, 2) for x in ms], **info}
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--child", default="")
+    p.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--only", default="")
+    p.add_argument("--cycles", type=int, default=1, help="open the window this many times per process")
     p.add_argument("--smoke", action="store_true")
     a = p.parse_args()
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
     if a.child:
-        tmp = out / f"probe_{a.child}"
+        tmp = out / f"probe_{a.child}_{a.index}"
         tmp.mkdir(exist_ok=True)
-        print("RESULT " + json.dumps(child(a.child, tmp, a.smoke)))
+        print("RESULT " + json.dumps(child(a.child, tmp, a.smoke, a.cycles)))
         return
+    names = a.only.split(",") if a.only else list(SCENARIOS)
+    unknown = [n for n in names if n not in (*SCENARIOS, *EXTRA)]
+    if unknown:
+        p.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join((*SCENARIOS, *EXTRA))}")
     rows = []
-    for name in [s for s in (*SCENARIOS, *EXTRA) if (s in a.only.split(",") if a.only else s in SCENARIOS)]:
-        cmd = [sys.executable, __file__, "--child", name, *(["--smoke"] if a.smoke else [])]
+    for i, name in enumerate(names):
+        cmd = [sys.executable, __file__, "--child", name, "--index", str(i), "--cycles", str(a.cycles),
+               *(["--smoke"] if a.smoke else [])]
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
         with contextlib.suppress(subprocess.TimeoutExpired):
-            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120 * a.cycles, check=False)
             got = [ln[7:] for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
             rows.append(json.loads(got[-1]) if got else {"scenario": name, "error": r.stderr[-1500:]})
             continue
@@ -205,17 +281,19 @@ def main() -> None:
     doc = {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "torch": torch.__version__,
            "rows": rows}
     (out / "timing_window_probe.json").write_text(json.dumps(doc, indent=1))
-    print(f"\n{doc['gpu']} torch {doc['torch']}: median ms/step (x = inside / before)")
+    print(f"\n{doc['gpu']} torch {doc['torch']}: median ms/step (x = inside / before; with --cycles, the median "
+          "over cycles of window / plain steps around it)")
     print(f"{'scenario':<17}{'before':>8}{'inside':>8}{'x':>7}{'1st aft':>8}{'after':>8}{'stop s':>7}{'exp s':>7}"
           f"{'kern':>7}{'timed':>7}{'rt':>7}{'ops':>7}")
     for r in rows:
         if "before_ms" not in r:
             print(f"{r['scenario']:<17} {r.get('skipped') or r.get('error', '').splitlines()[-1:]}")
             continue
-        print(f"{r['scenario']:<17}{r['before_ms']:8.2f}{r['inside_ms']:8.2f}{r['inside_ms'] / r['before_ms']:7.3f}"
+        print(f"{r['scenario']:<17}{r['before_ms']:8.2f}{r['inside_ms']:8.2f}"
+              f"{r['ratio'] if r['cycles'] > 1 else r['inside_ms'] / r['before_ms']:7.3f}"
               f"{r['first_after_ms']:8.1f}{r['after_ms']:8.2f}{r.get('stop_s', 0):7.2f}{r.get('export_s', 0):7.2f}"
               f"{r.get('kernels', 0):7d}{r.get('kernels_with_time', 0):7d}{r.get('runtime', 0):7d}"
-              f"{r.get('cpu_ops', 0):7d}")
+              f"{r.get('cpu_ops', 0):7d}  {r['cycle_ratios'] if r['cycles'] > 1 else ''}")
 
 
 if __name__ == "__main__":
