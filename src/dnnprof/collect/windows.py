@@ -6,7 +6,8 @@ kind           what is recorded                                             used
 ``timing``     CUDA activity + user ranges only (no ops): kernels, copies,  step times, GPU timeline
                memsets, runtime calls, ``ProfilerStep#N``
 ``attribution``CPU ops + CUDA + module ranges, no shapes/stacks             layers/ops, joined on timing
-``full``       CPU + CUDA + shapes + stacks + memory events + module ranges ``--full``
+``full``       CPU + CUDA + shapes + stacks + memory events + modules       ``--full``
+               (torch's ``with_modules`` and dnnprof's module ranges)
 ``cpu``        CPU ops + module ranges (no CUDA in use)                     runs without a GPU
 ``whole_run``  CPU ops (+ CUDA when initialised), from the first forward    scripts with no iterations
 =============  ===========================================================  ===========================
@@ -99,8 +100,10 @@ class Window:
         with warnings.catch_warnings():
             for text in _QUIET:
                 warnings.filterwarnings("ignore", message=f".*{text}")
+            # with_modules: the "modules" of --full; on the H100 it also made the session cheaper, not dearer
+            # (GPT-2: 1.32x against 1.75x for CPU ops alone; see docs/collection.md).
             self.prof = torch.profiler.profile(activities=self._activities(), record_shapes=full, with_stack=full,
-                                               profile_memory=full)
+                                               profile_memory=full, with_modules=full)
         if self.kind in ("attribution", "full", "cpu"):
             if compiled_code_in_use(torch):
                 self.ranges_note = "module ranges off: torch.compile graphs in use (hooks would force recompiles)"
