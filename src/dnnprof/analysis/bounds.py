@@ -323,6 +323,13 @@ class GroupBounds:
     arithmetic_intensity: float
     flops_per_s: float
     bound: str
+    flops_by_precision: dict[str, float] = field(default_factory=dict)  # summed, precisions with any FLOPs
+
+    @property
+    def dominant_precision(self) -> str:
+        """The FLOP precision carrying most of the group's FLOPs ("" when it has none)."""
+        best = max(self.flops_by_precision.items(), key=lambda kv: kv[1], default=("", 0.0))
+        return best[0] if best[1] > 0 else ""
 
 
 def aggregate_bounds(bounds: KernelBounds, keys: Sequence[str] | np.ndarray,
@@ -357,10 +364,13 @@ def aggregate_bounds(bounds: KernelBounds, keys: Sequence[str] | np.ndarray,
     verdict = sol_bound(sm, mem, waves)
     occ = wmean(bounds.achieved_occupancy_pct)
     count = np.bincount(inv, minlength=g)
+    by_prec = {p: total(v) for p, v in bounds.flops_by_precision.items()}
     with np.errstate(divide="ignore", invalid="ignore"):
         ai = np.where(dram > 0, flops / dram, np.nan)
         fps = np.where(dur > 0, flops / (dur * 1e-9), np.nan)
     out = [GroupBounds(str(uniq[i]), int(count[i]), float(dur[i]), float(sm[i]), float(mem[i]), float(occ[i]),
                        float(waves[i]), float(dram[i]), float(flops[i]), float(ai[i]), float(fps[i]),
-                       str(verdict[i])) for i in range(g)]
+                       str(verdict[i]),
+                       {p: float(v[i]) for p, v in by_prec.items() if np.isfinite(v[i]) and v[i] > 0})
+           for i in range(g)]
     return sorted(out, key=lambda b: -b.duration_ns)

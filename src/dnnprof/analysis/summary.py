@@ -17,6 +17,7 @@ from dnnprof.analysis.kernel_summary import KernelRow, group_by, kernel_summary
 from dnnprof.analysis.occupancy import kernel_occupancy
 from dnnprof.analysis.steps import step_source, with_steps
 from dnnprof.analysis.utilization import Utilization, utilization
+from dnnprof.model.device import DeviceInfo
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import MEMCPY_KINDS, MEMORY_KINDS
 
@@ -121,6 +122,9 @@ def summary_of(a: Analysis) -> dict[str, Any]:
                       "self_pct": _num(r.self_pct)} for r in host_ops(p, rank)[:HOST_OPS_IN_SUMMARY]],
         "findings": [],
     }
+    roofline = _roofline_json(p, rank, dev)
+    if roofline is not None:
+        doc["roofline"] = roofline
     return doc
 
 
@@ -154,6 +158,19 @@ def _with_counters(p: Profile, kernels: list[dict[str, Any]]) -> list[dict[str, 
             "counted_launches": g.launches,
         })
     return kernels
+
+
+def _roofline_json(p: Profile, rank: int, dev: DeviceInfo | None) -> dict[str, Any] | None:
+    """The ``roofline`` object when the rank's kernels have Nsight Compute counters (ceilings from ncu's peaks,
+    completed from the spec sheet of the profile's GPU)."""
+    if p.tables["counters"]["kernel_row"].size == 0:
+        return None
+    from dnnprof.analysis.roofline import profile_roofline
+    from dnnprof.model.gpu_specs import lookup_gpu
+
+    spec = lookup_gpu(dev.name, dev.memory_bytes if dev.memory_bytes > 0 else None) if dev is not None else None
+    r = profile_roofline(p, rank, spec)
+    return None if r is None else r.to_dict()
 
 
 def _families_json(rows: list[KernelRow]) -> list[dict[str, Any]]:

@@ -46,20 +46,41 @@ def ncu_summary(path: Path) -> dict[str, Any]:
         key = k["bound"] or "unclassified"
         bounds[key] = bounds.get(key, 0.0) + k["pct"]
     return {"schema": SCHEMA, "source": {"path": str(path), "format": "ncu"}, "launches": len(table),
-            "kernels": kernels, "bound_share_pct": {k: round(v, 2) for k, v in sorted(bounds.items())}}
+            "kernels": kernels, "bound_share_pct": {k: round(v, 2) for k, v in sorted(bounds.items())},
+            "roofline": _roofline(table.metrics, names, _device_name(table.text))}
+
+
+def _device_name(text: dict[str, np.ndarray]) -> str:
+    """The GPU ncu profiled on (``device__attribute_display_name``), "" when the file does not say."""
+    col = text.get("device__attribute_display_name")
+    names = sorted({str(x) for x in col if str(x).strip()}) if col is not None else []
+    return names[0] if len(names) == 1 else ""
+
+
+def _roofline(metrics: dict[str, np.ndarray], names: np.ndarray, device: str) -> dict[str, Any]:
+    from dnnprof.analysis.roofline import metrics_roofline
+    from dnnprof.model.gpu_specs import lookup_gpu
+
+    return metrics_roofline(metrics, names, lookup_gpu(device) if device else None, device).to_dict()
 
 
 def _r(x: float, digits: int = 2) -> float | None:
     return None if x is None or not np.isfinite(x) else round(float(x), digits)
 
 
-def report_ncu_file(path: Path, json_out: Path | None, top: int, quiet: bool) -> None:
-    """Print (and optionally write) the per-kernel counters table of an ncu CSV/report."""
+def report_ncu_file(path: Path, json_out: Path | None, top: int, quiet: bool, html: Path | None = None) -> None:
+    """Print (and optionally write as JSON and as an HTML page with the roofline) the per-kernel counters table
+    of an ncu CSV/report."""
     doc = ncu_summary(path)
     if json_out is not None:
         from dnnprof.render.json_out import write_json
 
         write_json(doc, json_out)
+    if html is not None:
+        from dnnprof.render.html_report import render_counters_html
+
+        html.parent.mkdir(parents=True, exist_ok=True)
+        html.write_text(render_counters_html(doc, top=max(top, 30)), encoding="utf-8")
     if not quiet and str(json_out) != "-":
         from dnnprof.render.counters_table import render_counters
 
