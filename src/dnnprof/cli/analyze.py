@@ -15,7 +15,9 @@ def analyze(
     json_out: Path | None = typer.Option(None, "--json", help="Write the dnnprof.summary/1 JSON here ('-' = stdout)."),
     top: int = typer.Option(15, "--top", min=1, help="Rows to show in each table."),
     save: Path | None = typer.Option(None, "--save", help="Save the canonical profile (Parquet) in this folder."),
-    html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
+    html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here (with "
+                                                           "a roofline chart when there are Nsight Compute counters; "
+                                                           "also for an ncu file)."),
     rank: int = typer.Option(0, "--rank", help="Rank to report on in a multi-GPU trace."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json, --html or --save)."),
 ) -> None:
@@ -27,7 +29,7 @@ def analyze(
     try:
         kind = kind_of(trace)
         if kind in ("ncu-csv", "ncu-rep"):
-            _analyze_ncu(trace, json_out, top, quiet)
+            _analyze_ncu(trace, json_out, top, quiet, html)
             return
         profile = open_profile(trace)
     except TraceError as e:
@@ -56,12 +58,12 @@ def analyze(
         render(doc, top=top)
 
 
-def _analyze_ncu(path: Path, json_out: Path | None, top: int, quiet: bool) -> None:
+def _analyze_ncu(path: Path, json_out: Path | None, top: int, quiet: bool, html: Path | None) -> None:
     try:
         from dnnprof.cli.counters import report_ncu_file
     except ImportError:
         raise UserError(f"{path}: Nsight Compute files need the counters support of this build") from None
-    report_ncu_file(path, json_out=json_out, top=top, quiet=quiet)
+    report_ncu_file(path, json_out=json_out, top=top, quiet=quiet, html=html)
 
 
 def register(app: typer.Typer) -> None:

@@ -31,3 +31,31 @@ def render_counters(doc: dict[str, Any], console: Console | None = None, top: in
     console.print(t)
     shares = ", ".join(f"{b} {v:.0f}%" for b, v in doc["bound_share_pct"].items())
     console.print(f"time by bound class: {shares}")
+    roof = doc.get("roofline")
+    if roof:
+        console.print(roofline_line(roof))
+
+
+def _rate(v: float | None, unit: str) -> str:
+    if v is None:
+        return "?"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G")):
+        if v >= scale:
+            return f"{v / scale:.3g} {prefix}{unit}"
+    return f"{v:.3g} {unit}"
+
+
+def roofline_line(roof: dict[str, Any]) -> str:
+    """One line on the roofline: the DRAM ceiling, the ceilings of the precisions that dominate a plotted kernel
+    with their ridge points, and how many kernels are plotted or left off."""
+    c = roof["ceilings"]
+    parts = [f"DRAM {_rate(c.get('dram_bytes_per_s'), 'B/s')} ({c.get('dram_source') or '?'})"]
+    for p, v in c["compute"].items():
+        if v.get("kernels"):
+            parts.append(f"{p} {_rate(v['peak_flops_per_s'], 'FLOP/s')} ({v.get('source')}, ridge "
+                         f"{_f(v.get('ridge_flops_per_byte'), '{:.3g}')} FLOP/B, {v['kernels']} kernels)")
+    ex = roof.get("excluded") or {}
+    words = {"no_flops": "without FLOPs", "no_dram_bytes": "without DRAM bytes", "no_time": "without time"}
+    left = ", ".join(f"{n} {words.get(r, r)}" for r, n in ex.items() if n)
+    return (f"roofline: {'; '.join(parts)}; {roof.get('plotted', 0)} kernels plotted"
+            + (f" ({left} not plotted)" if left else ""))

@@ -1,12 +1,16 @@
-"""Self-contained HTML report of a ``dnnprof.summary/1`` document: no scripts, no network, one file.
+"""Self-contained HTML reports: no scripts, no network, one file.
 
-Reads the summary; computes nothing new. ``dnnprof analyze TRACE --html report.html`` writes it.
+:func:`render_html` reads a ``dnnprof.summary/1`` document (``dnnprof analyze TRACE --html report.html``),
+:func:`render_counters_html` a ``dnnprof.counters/1`` one (``dnnprof analyze ncu.csv --html report.html``); both
+inline the roofline SVG when the document has a ``roofline``. They compute nothing new.
 """
 
 from __future__ import annotations
 
 from html import escape
 from typing import Any
+
+from dnnprof.render.roofline_svg import PRECISION_LABELS, roofline_svg
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2433;max-width:1400px}
@@ -20,6 +24,7 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums} code{font-size:12p
 .f{border:1px solid #d8dee9;border-left:6px solid #88c0d0;border-radius:6px;padding:10px 14px;margin:10px 0}
 .f.high{border-left-color:#bf616a} .f.medium{border-left-color:#d08770} .f.low{border-left-color:#a3be8c}
 .f h3{margin:0 0 6px;font-size:15px} .fix{color:#2e6b3a} .how{color:#5c6578;font-size:12px}
+.chart{margin:8px 0;overflow-x:auto} .chart svg{max-width:100%;height:auto}
 """
 
 
@@ -106,6 +111,9 @@ def render_html(doc: dict[str, Any], top: int = 30) -> str:
                    (escape(k.get("bound") or ""), False), (escape(k["phase"]), False), (escape(k["layer"]), False),
                    (f'<code title="{escape(k["name"])}">{escape(k["short_name"])}</code>', False)])
              for k in doc["kernels"][:top]]))
+    if doc.get("roofline"):
+        parts.append(roofline_section(doc["roofline"], top=min(top, 15)))
+    if doc["kernels"]:
         parts.append(f"<h2>Layers ({escape(doc.get('attribution', {}).get('level', ''))} level)</h2>" + _table(
             [("time %", True), ("total", True), ("kernels", True), ("layer", False)],
             [_row([(_bar(r["pct"]), True), (_us(r["total_us"]), True), (f"{r['kernel_calls']:,}", True),
@@ -124,5 +132,79 @@ def render_html(doc: dict[str, Any], top: int = 30) -> str:
             [("self %", True), ("self", True), ("total", True), ("calls", True), ("op", False)],
             [_row([(_bar(r["self_pct"]), True), (_us(r["self_us"]), True), (_us(r["total_us"]), True),
                    (f"{r['calls']:,}", True), (escape(r["name"]), False)]) for r in doc["host_ops"][:top]]))
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def _rate(v: float | None, unit: str) -> str:
+    if v is None:
+        return "–"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= scale:
+            return f"{v / scale:,.3g} {prefix}{unit}"
+    return f"{v:,.3g} {unit}"
+
+
+def _sig(v: float | None) -> str:
+    return "–" if v is None else f"{v:,.3g}"
+
+
+def roofline_section(roof: dict[str, Any], top: int = 15) -> str:
+    """The roofline chart, its ceilings and the heaviest kernels' places on it."""
+    c = roof["ceilings"]
+    ceil_rows = [_row([("DRAM", False), (_rate(c.get("dram_bytes_per_s"), "B/s"), True), ("", True),
+                       (escape(c.get("dram_source") or "–"), False), ("", True)])]
+    ceil_rows += [_row([(escape(PRECISION_LABELS.get(p, p)), False), (_rate(v["peak_flops_per_s"], "FLOP/s"), True),
+                        (_sig(v.get("ridge_flops_per_byte")), True), (escape(v.get("source") or "–"), False),
+                        (str(v.get("kernels", 0)), True)]) for p, v in c["compute"].items()]
+    excluded = roof.get("excluded") or {}
+    counted = roof.get("counted_gpu_time_pct")
+    note = (f"{roof.get('plotted', 0)} kernels plotted; {excluded.get('no_flops', 0)} without FLOPs, "
+            f"{excluded.get('no_dram_bytes', 0)} without DRAM bytes and {excluded.get('no_time', 0)} without time "
+            "are listed below but cannot sit on log axes. Time from "
+            f"{'the trace' if roof.get('time_source') == 'trace' else 'Nsight Compute'}"
+            + (f"; the kernels with counters take {counted:.1f}% of the GPU time of the counted step(s)."
+               if counted is not None and roof.get("time_source") == "trace" else "."))
+    rows = [_row([(_bar(k.get("time_pct")), True), (_sig(k.get("arithmetic_intensity")), True),
+                  (_rate(k.get("achieved_flops_per_s"), "FLOP/s"), True),
+                  (escape(PRECISION_LABELS.get(k.get("dominant_precision") or "", "–")), False),
+                  (_pct(k.get("pct_of_roof")), True), (escape(k.get("limiting_roof") or "–"), False),
+                  (escape(k.get("bound") or "–"), False),
+                  (f'<code title="{escape(k["name"])}">{escape(k["short_name"])}</code>'
+                   + (f' <span class="meta">({escape(k["excluded"].replace("_", " "))})</span>'
+                      if k.get("excluded") else ""), False)])
+            for k in roof["kernels"][:top]]
+    svg = roofline_svg(roof).replace(' xmlns="http://www.w3.org/2000/svg"', "", 1)  # inline SVG needs no namespace
+    return ("<h2>Roofline</h2>" + f'<div class="chart">{svg}</div>'
+            + f'<p class="meta">{escape(note)}</p>'
+            + _table([("ceiling", False), ("peak", True), ("ridge FLOP/B", True), ("source", False),
+                      ("kernels", True)], ceil_rows)
+            + f"<h3>Kernels on the roofline (top {min(top, len(roof['kernels']))} of {len(roof['kernels'])})</h3>"
+            + _table([("time %", True), ("FLOP/B", True), ("achieved", True), ("precision", False),
+                      ("of roof", True), ("roof", False), ("bound", False), ("kernel", False)], rows))
+
+
+def render_counters_html(doc: dict[str, Any], top: int = 30) -> str:
+    """The page of an Nsight Compute file analysed on its own (a ``dnnprof.counters/1`` document)."""
+    roof = doc.get("roofline") or {}
+    title = f"dnnprof — Nsight Compute counters{' — ' + roof['device'] if roof.get('device') else ''}"
+    shares = ", ".join(f"{escape(b)} {v:.0f}%" for b, v in doc.get("bound_share_pct", {}).items())
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
+             f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>",
+             f'<div class="meta">{escape(doc["source"].get("path", ""))} · {doc["launches"]} launches of '
+             f"{len(doc['kernels'])} kernels · time by bound class: {shares or '–'}</div>"]
+    if roof:
+        parts.append(roofline_section(roof, top=min(top, 15)))
+    parts.append(f"<h2>Kernels (of {len(doc['kernels'])})</h2>" + _table(
+        [("time %", True), ("total", True), ("launches", True), ("SM %", True), ("Mem %", True),
+         ("ach. occ.", True), ("waves", True), ("DRAM B/launch", True), ("FLOP/launch", True), ("FLOP/B", True),
+         ("bound", False), ("kernel", False)],
+        [_row([(_bar(k["pct"]), True), (_us(k["total_us"]), True), (f"{k['launches']:,}", True),
+               (_pct(k.get("sm_throughput_pct")), True), (_pct(k.get("memory_throughput_pct")), True),
+               (_pct(k.get("achieved_occupancy_pct")), True), (_sig(k.get("waves_per_sm")), True),
+               (_sig(k.get("dram_bytes")), True), (_sig(k.get("flops")), True),
+               (_sig(k.get("arithmetic_intensity")), True), (escape(k.get("bound") or "–"), False),
+               (f'<code title="{escape(k["name"])}">{escape(k["short_name"])}</code>', False)])
+         for k in doc["kernels"][:top]]))
     parts.append("</body></html>\n")
     return "".join(parts)
