@@ -33,7 +33,7 @@ def _write(path: Path, doc: dict[str, Any], events: list[dict[str, Any]]) -> Non
     path.write_bytes(gzip.compress(json.dumps(out).encode()))
 
 
-def make_run(tmp: Path, wall_lag_ns: int = 0, legacy: bool = False) -> dict[str, Any]:
+def make_run(tmp: Path, wall_lag_ns: int = 0, legacy: bool = False, detail: str = "attribution") -> dict[str, Any]:
     """A run dir whose wall clock runs ``wall_lag_ns`` behind the trace clock."""
     doc = load_raw(GPT2)
     ev = doc["traceEvents"]
@@ -70,7 +70,7 @@ def make_run(tmp: Path, wall_lag_ns: int = 0, legacy: bool = False) -> dict[str,
                    "pid": 1, "tid": next(e["tid"] for e in ev if e.get("name") == "ProfilerStep#5"),
                    "ts": s5 + 5, "dur": steps[5][1] - s5 - 10, "args": {}})
     _write(tmp / "trace" / "timing.json.gz", doc, timing)
-    _write(tmp / "trace" / "attribution.json.gz", doc, attrib)
+    _write(tmp / "trace" / f"{detail}.json.gz", doc, attrib)
 
     def wall(ts_us: float) -> int:
         return base + int(ts_us * US) - wall_lag_ns
@@ -89,7 +89,7 @@ def make_run(tmp: Path, wall_lag_ns: int = 0, legacy: bool = False) -> dict[str,
                              "t0_ns": wall(probe_ts) - 2_000, "t1_ns": wall(probe_ts + 20) + 3_000} if legacy else
              {"method": "record_function", "name": "dnnprof.clock_sync",
               "t0_ns": wall(probe_ts) - 500, "t1_ns": wall(probe_ts + 1) + 500}},
-            {"kind": "attribution", "first_step": 5, "last_step": 5, "trace": "trace/attribution.json.gz",
+            {"kind": detail, "first_step": 5, "last_step": 5, "trace": f"trace/{detail}.json.gz",
              "started_ns": starts[5], "stopped_ns": ends[5],
              "clock_probe": {"method": "record_function", "name": "dnnprof.clock_sync",
                              "t0_ns": wall(s5 + 1) - 500, "t1_ns": wall(s5 + 2) + 500}},
@@ -268,3 +268,15 @@ def test_finish_run_without_findings_keeps_an_empty_list(tmp_path: Path) -> None
     result = finish_run(rd, {"name": "gpt2", "command": ["x"], "exit_code": 0}, CollectorConfig(),
                         summarize=summarizer, echo=lambda m: None)
     assert result.summary is not None and result.summary["findings"] == [] and result.summary["meta"] == {}
+
+
+def test_assemble_full_mode_run_joins_the_detail_window(tmp_path: Path) -> None:
+    """``--full`` on a GPU: the timed steps ran under the timing window, shapes/stacks/memory events were recorded
+    in a full-detail window after them, which is joined the same way."""
+    col = make_run(tmp_path, detail="full")
+    profile, info = assemble(tmp_path, col)
+    assert profile.self_check() == []
+    assert info["windows"] == ["full", "timing"]
+    assert info["attribution"]["window"] == "full" and info["attribution"]["matched_kernels_pct"] == 100.0
+    assert profile.tables["steps"]["number"].tolist() == [4]
+    assert profile.meta["sources"] == ["trace/timing.json.gz", "trace/full.json.gz"]

@@ -27,8 +27,10 @@ def test_gpu_memory_limit_search_and_profile(tmp_path: Path) -> None:
                      memory_limit=parse_size("512MiB"), steps=3, warmup_steps=2, profile_points=("default",))
     doc = run_sweep(spec)
     for m in doc["max_batch_size"]:
-        assert m["limited_by"] == "gpu_memory" and m["bracket"][1] - m["batch_size"] <= 2, m
-        assert m["trials"] <= trial_bound(m["batch_size"]) + 2, m
+        tried = [(p["batch_size"], p["status"], p["limit_resource_bytes"], p["peak_reserved_bytes"], p["message"][:90])
+                 for p in doc["points"] if p["kind"] == "probe" and p["precision"] == m["precision"]]
+        assert m["limited_by"] == "gpu_memory" and m["bracket"][1] - m["batch_size"] <= 2, (m, tried)
+        assert m["trials"] <= trial_bound(m["batch_size"]) + 2, (m, tried)
     pts = [p for p in doc["points"] if p["status"] == "ok"]
     assert all(p["peak_reserved_bytes"] <= 512 * 2**20 for p in pts)
     assert all(p["gpu_busy_pct"] is not None for p in pts), "NVML GPU-Util (probes) or trace busy % (profiles)"

@@ -7,7 +7,8 @@
   times, moved onto the trace clock;
 * validity: a trace whose GPU events all have zero times (what Kineto writes for a session saved after a later
   session started; older dnnprof runs did that) cannot time anything; this is said, not hidden;
-* attribution: the attribution window is joined onto the timing window (``join``);
+* attribution: the attribution window (with ``--full``: the full-detail window, shapes, stacks and memory events)
+  is joined onto the timing window (``join``);
 * module ranges: recorded with the fast record-function (Kineto files them as ``cpu_op``), relabelled here as the
   ``user_annotation`` ranges they are;
 * samples: NVML/GPM readings moved onto the trace clock.
@@ -168,13 +169,15 @@ def assemble(run_dir: Path, col: dict[str, Any]) -> tuple[Profile, dict[str, Any
         broken = zero_gpu_times(profile)
         if broken:
             info["invalid"] = broken
-        if "attribution" in windows:
-            attrib = _read(run_dir, windows["attribution"])
-            info["attribution_clock"] = clock_offset(attrib, windows["attribution"].get("clock_probe", {}))
+        detail = next((k for k in ("attribution", "full") if k in windows), None)
+        if detail is not None:
+            attrib = _read(run_dir, windows[detail])
+            info["attribution_clock"] = clock_offset(attrib, windows[detail].get("clock_probe", {}))
             attrib.meta["base_time_ns"] = int(attrib.meta.get("base_time_ns", 0)) + (
                 clock["offset_ns"] - info["attribution_clock"]["offset_ns"])
             info["attribution"] = join_attribution(profile, attrib)
-            profile.meta["sources"] = [windows["timing"]["trace"], windows["attribution"]["trace"]]
+            info["attribution"]["window"] = detail
+            profile.meta["sources"] = [windows["timing"]["trace"], windows[detail]["trace"]]
         else:
             info["attribution"] = {"note": "no attribution window (the run ended first): kernels have no ops"}
     elif windows:

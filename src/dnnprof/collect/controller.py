@@ -38,7 +38,9 @@ class Controller:
         self.dir = run_dir
         self.cfg = config
         self.pid = os.getpid()
-        attribution = config.attribution_steps if config.mode == "default" else 0
+        # The timed steps always run under the cheap timing window on a GPU; what they launch is joined from a
+        # short window after them: ops and module ranges (default), or shapes, stacks and memory events (--full).
+        attribution = config.attribution_steps if config.mode in ("default", "full") else 0
         self.plan = Plan(config.warmup_steps, config.steps, attribution, config.baseline_after_steps)
         self.source: str | None = None
         self.completed = 0
@@ -225,10 +227,11 @@ class Controller:
 
     def _start_main(self, k: int) -> None:
         cuda = self._cuda_in_use()
-        if self.cfg.mode == "full":
-            kind = "full"
-        elif cuda:
+        if cuda:
             kind = "timing"
+        elif self.cfg.mode == "full":
+            kind = "full"
+            self.plan = replace(self.plan, attribution=0)
         else:
             kind = "cpu"
             self.plan = replace(self.plan, attribution=0)
@@ -255,7 +258,8 @@ class Controller:
             self.main.export(self.dir / "trace")
 
     def _start_attribution(self, k: int) -> None:
-        self.attrib = Window(self.torch, "attribution", k, cuda=self._cuda_in_use())
+        kind = "full" if self.cfg.mode == "full" else "attribution"
+        self.attrib = Window(self.torch, kind, k, cuda=self._cuda_in_use())
         self.attrib.start()
         self.cpu_window = self.attrib
 

@@ -58,6 +58,8 @@ def overhead(col: dict[str, Any]) -> dict[str, Any]:
     plan = col.get("plan", {})
     pre = range(*plan.get("pre_baseline", [0, 0]))
     attrib = _window(col, "attribution")
+    if not len(attrib) and len(_window(col, "timing")):
+        attrib = _window(col, "full")  # --full on a GPU: the full-detail window joined onto the timed one
     post = range(*plan.get("post_baseline", [0, 0]))
     base = [dur[i] for i in [*pre, *post] if i in dur]
     timed = [dur[i] for i in timed_window(col) if i in dur]
