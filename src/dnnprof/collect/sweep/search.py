@@ -17,7 +17,7 @@ trials alone, extended to the full capacity, lands 10–15 % too high: the failu
 
 Every prediction is checked by a trial. A prediction a trial contradicts is refitted once (a failure adds a demand
 point); a second miss, or a fit above the predicted edge, switches to a gallop away from the last guess (steps
-2, 4, 8 …) and then plain bisection, so the search never does much worse than bisection. A failure that says
+2, 8, 32 …) and then plain bisection, so the search never does much worse than bisection. A failure that says
 nothing about memory (an error, a timeout, an OOM without sizes) bisects.
 """
 
@@ -36,8 +36,12 @@ MIN_SPREAD_FRACTION = 0.02
 SLOPE_SPREAD_FRACTION = 0.01
 #: Predictions that may miss before the search gallops and bisects instead.
 MAX_GUIDED_MISSES = 2
-#: Once the promised trials are spent, the search stops when the edge is known to ±1, or after this many more
-#: trials whatever the bracket.
+#: A gallop's steps grow by this factor after each trial that did not cross the edge.
+GALLOP_GROWTH = 4
+#: A gallop starts with a step of ``lo // GALLOP_FIRST_STEP_DIVISOR`` (at least 2).
+GALLOP_FIRST_STEP_DIVISOR = 512
+#: Once the promised trials are spent, the search stops when the edge is known to ±1; after this many more trials
+#: it only bisects (at most log2 of the bracket more).
 EXTRA_TRIALS = 6
 FAIL_STATUSES = ("oom", "error", "timeout")
 
@@ -212,10 +216,11 @@ class BatchSearch:
             smallest = min(o.batch_size for o in self.observations)
             failed = next(o for o in self.observations if o.batch_size == smallest)
             return smallest // 2 if failed.status == "oom" and smallest > 1 else None
-        if self.bounded and self.trials >= trial_bound(lo) and (
-                hi is not None and (hi - lo <= 2
-                                    or self.trials >= trial_bound(lo) + EXTRA_TRIALS)):
-            return None  # the promised trials are spent and the edge is known to ±1: `exact` says if it was pinned
+        if self.bounded and hi is not None and self.trials >= trial_bound(lo):
+            if hi - lo <= 2:
+                return None  # the promised trials are spent and the edge is known to ±1: `exact` says if it was
+            if self.trials >= trial_bound(lo) + EXTRA_TRIALS:
+                self._mode = "bisect"  # predictions and gallops have had their chance: halve to ±1
         if hi is None:
             return self._propose_up(lo)
         if hi - lo <= 1:
@@ -261,6 +266,11 @@ class BatchSearch:
         self._pending = ("bisect", None)
         return (lo + hi) // 2  # never tried before: a tried batch between lo and hi would have moved lo or hi
 
+    def _first_step(self) -> int:
+        """A gallop's first step: 2, or a small share of the batch for large batches (a prediction off by 1 %
+        at batch 5000 is 50 batches away)."""
+        return max(2, self.lo // GALLOP_FIRST_STEP_DIVISOR)
+
     def _memory_bound(self) -> bool:
         hi = self.hi
         if hi is None:
@@ -273,7 +283,7 @@ class BatchSearch:
 
         A prediction the trial contradicts (a fit above the predicted edge, a failure at or below it) counts as a
         miss. A failure is refitted (it is a new demand point) until ``MAX_GUIDED_MISSES``; then, or at once when a
-        trial fitted above the prediction, the search gallops away from the guess in steps of 2, 4, 8 … and, once a
+        trial fitted above the prediction, the search gallops away from the guess in steps of 2, 8, 32 … and, once a
         gallop step overshoots, bisects. A prediction that is off by e costs about 2·log2(e) extra trials.
         """
         mode, pred = self._pending
@@ -293,11 +303,11 @@ class BatchSearch:
                 return
             self._misses += 1
             if obs.fits:
-                self._mode, self._step = "gallop_up", 2
+                self._mode, self._step = "gallop_up", self._first_step()
             elif self._misses >= MAX_GUIDED_MISSES:
-                self._mode, self._step = "gallop_down", 2
+                self._mode, self._step = "gallop_down", self._first_step()
         elif mode in ("gallop_up", "gallop_down"):
             if obs.fits == (mode == "gallop_up"):
-                self._step *= 2
+                self._step *= GALLOP_GROWTH
             else:
                 self._mode = "bisect"
