@@ -10,7 +10,8 @@ block) (``match_sequences``), so only launches that agree on all of those are ma
 
 The merged profile keeps the timing window's GPU rows, runtime calls, steps and its own few ops (the user ranges
 it records: ``ProfilerStep#N``, the script's ``record_function`` ranges), and appends the attribution window's ops
-(rebased to the same trace clock) with ``step = -1``: they describe the typical step; they were not timed.
+(rebased to the same trace clock) with ``step = -1``: they describe the typical step; they were not timed. The
+memory events of a full-detail window (allocations and frees) are appended the same way, linked to the appended ops.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ def _append_ops(timing: Profile, attrib: Profile) -> Callable[[np.ndarray], np.n
     Returns the map from an op row of ``attrib`` to its row in the merged table (-1 stays -1).
     """
     lut = _remap(attrib, timing)
-    shift = int(attrib.meta.get("base_time_ns", 0)) - int(timing.meta.get("base_time_ns", 0))
+    shift = _shift(timing, attrib)
     own = timing.tables["ops"]
     n_own = int(own["start_ns"].size)
     add = {c: v.copy() for c, v in attrib.tables["ops"].items()}
@@ -226,10 +227,33 @@ def _append_ops(timing: Profile, attrib: Profile) -> Callable[[np.ndarray], np.n
     for c in _OP_LINKS:
         merged[c] = moved(merged[c]).astype(merged[c].dtype)
     timing.tables["ops"] = merged
-    for table in ("kernels", "memcpy", "memset", "runtime"):
+    for table in ("kernels", "memcpy", "memset", "runtime", "memory_events"):
         t = timing.tables[table]
         t["op_row"] = moved(t["op_row"]).astype(t["op_row"].dtype)
     return lambda rows: moved(np.where(rows >= 0, rows + n_own, -1))
+
+
+def _shift(timing: Profile, attrib: Profile) -> int:
+    """What to add to a time of ``attrib`` to put it on ``timing``'s trace clock, ns."""
+    return int(attrib.meta.get("base_time_ns", 0)) - int(timing.meta.get("base_time_ns", 0))
+
+
+def _append_memory_events(timing: Profile, attrib: Profile,
+                          op_of: Callable[[np.ndarray], np.ndarray] | None) -> int:
+    """Append ``attrib``'s memory events to ``timing``'s, on its clock, ``step = -1``, ``op_row`` through ``op_of``
+    (-1 when the ops were not appended); returns how many."""
+    add = {c: v.copy() for c, v in attrib.tables["memory_events"].items()}
+    n = int(add["ts_ns"].size)
+    if n == 0:
+        return 0
+    add["ts_ns"] += _shift(timing, attrib)
+    add["step"][:] = -1
+    add["op_row"] = (op_of(add["op_row"]) if op_of is not None else np.full(n, -1)).astype(add["op_row"].dtype)
+    own = timing.tables["memory_events"]
+    merged = {c: np.concatenate([own[c], add[c]]) for c in own}
+    order = np.argsort(merged["ts_ns"], kind="stable")
+    timing.tables["memory_events"] = {c: v[order] for c, v in merged.items()}
+    return n
 
 
 def join_attribution(timing: Profile, attrib: Profile) -> dict[str, Any]:
@@ -243,11 +267,14 @@ def join_attribution(timing: Profile, attrib: Profile) -> dict[str, Any]:
                              "timed_steps": t_steps, "attribution_steps": a_steps}
     if not t_steps or not a_steps:
         stats.update(matched_kernels_pct=0.0, note="no steps to join")
+        stats["memory_events"] = _append_memory_events(timing, attrib, None)
         timing.meta["attribution"] = stats
         return stats
 
-    # 1. The attribution ops, on the timing profile's strings and clock, after the timing window's own ops.
+    # 1. The attribution ops, on the timing profile's strings and clock, after the timing window's own ops, and
+    # the window's memory events.
     op_of = _append_ops(timing, attrib)
+    stats["memory_events"] = _append_memory_events(timing, attrib, op_of)
 
     # 2. The reference attribution step: the one that best matches the last timed step (later wins ties).
     def score(a_step: int) -> int:

@@ -82,6 +82,23 @@ class _LenientArgs(msgspec.Struct, gc=False):
     est_occupancy: Any = _F(name="est. achieved occupancy %", default=None)
     bytes: Any = None
     graph_id: Any = _F(name="graph id", default=None)
+    total_reserved: Any = _F(name="Total Reserved", default=None)
+    total_allocated: Any = _F(name="Total Allocated", default=None)
+    alloc_bytes: Any = _F(name="Bytes", default=None)
+    device_id: Any = _F(name="Device Id", default=None)
+    device_type: Any = _F(name="Device Type", default=None)
+    addr: Any = _F(name="Addr", default=None)
+
+
+class _MemoryArgs(msgspec.Struct, gc=False):
+    """Args of a ``[memory]`` instant (an allocation or a free), in the order Kineto writes them."""
+
+    total_reserved: int | None = _F(name="Total Reserved", default=None)
+    total_allocated: int | None = _F(name="Total Allocated", default=None)
+    alloc_bytes: int | None = _F(name="Bytes", default=None)
+    device_id: int | None = _F(name="Device Id", default=None)
+    device_type: int | None = _F(name="Device Type", default=None)
+    addr: int | None = _F(name="Addr", default=None)
 
 
 #: Every ``ph`` of the Chrome trace format and every Kineto category: decoded as Literals, they are shared
@@ -118,12 +135,21 @@ class _Marker(msgspec.Struct, tag_field="ph", gc=False):
     ts: float = 0.0
 
 
+class _Instant(_Marker, tag="i", gc=False):
+    """An instant ('i') event: torch.profiler's ``[memory]`` allocations and frees carry their sizes in args."""
+
+    name: str = ""
+    args: _MemoryArgs | None = None
+
+
 #: One tagged subclass per phase; the lenient path gives unknown phases the untagged-in-practice base class.
 _MARKERS: dict[str, type[_Marker]] = {
-    ph: msgspec.defstruct(f"_Marker_{i}", [], bases=(_Marker,), tag=ph, gc=False)
+    ph: _Instant if ph == "i" else msgspec.defstruct(f"_Marker_{i}", [], bases=(_Marker,), tag=ph, gc=False)
     for i, ph in enumerate(get_args(_Phase)) if ph != "X"
 }
 _FLOW_START = _MARKERS["s"]
+#: The name torch.profiler gives allocation/free instants (recorded with ``profile_memory=True``).
+MEMORY_EVENT = "[memory]"
 _Event = Union[(_Complete, *_MARKERS.values())]  # a union of runtime-built types
 
 
@@ -268,6 +294,13 @@ def _coerce_args(a: _LenientArgs | None) -> _Args | None:
     return _Args(**kw)
 
 
+def _coerce_memory_args(a: _LenientArgs | None) -> _MemoryArgs | None:
+    if a is None:
+        return None
+    fields = ("total_reserved", "total_allocated", "alloc_bytes", "device_id", "device_type", "addr")
+    return _MemoryArgs(**{f: None if (v := getattr(a, f)) is None else _int(v, -1) for f in fields})
+
+
 def _coerce_events(events: list[_LenientEvent]) -> list[Any]:
     """Lenient (drifted) events → strict events, coercing every field once."""
     out: list[Any] = []
@@ -278,6 +311,9 @@ def _coerce_events(events: list[_LenientEvent]) -> list[Any]:
             out.append(_Complete(cat=str(e.cat), name=str(e.name), pid=e.pid if isinstance(e.pid, (int, str)) else 0,
                                  tid=tid, ts=float(_num(e.ts, 0)), dur=float(_num(e.dur, 0)),
                                  args=_coerce_args(e.args)))
+        elif ph == "i":
+            out.append(_Instant(cat=str(e.cat), id=eid, tid=tid, ts=float(_num(e.ts, 0)), name=str(e.name),
+                                args=_coerce_memory_args(e.args)))
         else:
             out.append(_MARKERS.get(ph, _Marker)(cat=str(e.cat), id=eid, tid=tid, ts=float(_num(e.ts, 0))))
     return out
@@ -294,15 +330,22 @@ def _coerce(trace: _LenientTrace) -> _Trace:
 
 
 def _add_events(cols: EventColumns, events: list[Any]) -> None:
-    """Bucket complete events by category into ``cols``; keep ``fwdbwd`` flow points (any other phase)."""
+    """Bucket complete events by category into ``cols``; keep ``fwdbwd`` flow points (any other phase) and
+    ``[memory]`` instants."""
     buckets: defaultdict[str, list[Any]] = defaultdict(list)
     flows = cols.flows
+    instants: list[Any] = []
+    complete, instant = _Complete, _Instant
     for e in events:
-        if type(e) is _Complete:
+        if type(e) is complete:
             buckets[e.cat].append(e)
         elif e.cat == "fwdbwd":
             flows.append((type(e) is _FLOW_START, e.id, e.tid, e.ts))
+        elif type(e) is instant:
+            instants.append(e)
     cols.add(buckets)
+    if instants:
+        cols.add_memory([e for e in instants if e.name == MEMORY_EVENT and e.args is not None])
 
 
 def _devices(props: list[dict[str, Any]] | None, rank: int) -> list[DeviceInfo]:

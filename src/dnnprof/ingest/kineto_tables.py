@@ -144,6 +144,7 @@ class EventColumns:
     def __init__(self) -> None:
         self._strings: dict[str, int] = {}
         self._parts: dict[str, list[dict[str, np.ndarray]]] = {}
+        self._memory: list[dict[str, np.ndarray]] = []  # columns of `[memory]` instants, per chunk
         self.flows: list[tuple[bool, Any, Any, Any]] = []  # fwdbwd flow points: (is_start, id, tid, ts_us)
         # Set by tables(): local string ids in order, local id → profile id ([-1] stays -1), the profile.
         self._keys: list[str] = []
@@ -173,6 +174,19 @@ class EventColumns:
             else:
                 self._gpu_columns(table, cols, evs, [e.args or _NO_ARGS for e in evs])
             self._parts.setdefault(cat, []).append(cols)
+
+    def add_memory(self, evs: list[Any]) -> None:
+        """Columns of one chunk's ``[memory]`` instants (allocations > 0 bytes, frees < 0), in file order."""
+        if not evs:
+            return
+        args = [e.args for e in evs]
+        self._memory.append({
+            "ts": _floats([e.ts for e in evs]), "tid": _tids([e.tid for e in evs]),
+            "device_type": _ints([a.device_type for a in args]), "device": _ints([a.device_id for a in args]),
+            "addr": _ints([a.addr for a in args]), "bytes": _ints([a.alloc_bytes for a in args], 0),
+            "total_allocated_bytes": _ints([a.total_allocated for a in args]),
+            "total_reserved_bytes": _ints([a.total_reserved for a in args]),
+        })
 
     def _ids(self, evs: list[Any]) -> np.ndarray:
         """Local ids of the events' names."""
@@ -235,7 +249,23 @@ class EventColumns:
             t = out[table] = self._gpu(table, rank)
             if table in ("kernels", "memcpy", "memset"):
                 link_by_correlation(t, runtime)
+        out["memory_events"] = self._memory_events(out["ops"], rank)
         return out
+
+    def _memory_events(self, ops: dict[str, np.ndarray], rank: int) -> dict[str, np.ndarray]:
+        """The ``[memory]`` instants by time, each linked to the innermost op enclosing it on its thread."""
+        parts, self._memory = self._memory, []
+        if not parts:
+            return empty_table("memory_events", 0)
+        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        order = np.argsort(cols["ts"], kind="stable")
+        t = empty_table("memory_events", order.size)
+        t["rank"][:] = rank
+        t["ts_ns"][:] = _ns(cols["ts"][order])
+        for k in ("tid", "device_type", "device", "addr", "bytes", "total_allocated_bytes", "total_reserved_bytes"):
+            t[k][:] = cols[k][order]
+        t["op_row"][:] = innermost_enclosing(ops, t["tid"], t["ts_ns"])
+        return t
 
     def _concat(self, table: str) -> tuple[dict[str, np.ndarray], list[tuple[str, int]]]:
         """Columns of a table in category order, and (category, rows) per category."""

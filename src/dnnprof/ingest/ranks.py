@@ -33,7 +33,7 @@ def merge_ranks(profiles: list[Profile], source: Path | None = None) -> Profile:
         for name, t in p.tables.items():
             part = {}
             for c, v in t.items():
-                if c.endswith("_id") and c not in ("external_id", "fwd_thread_id"):
+                if c.endswith("_id") and c not in ("external_id", "fwd_thread_id", "graph_id"):
                     v = remap[np.where(v < 0, len(p.strings), v)]
                 elif c in _ROW_LINKS:
                     v = np.where(v >= 0, v + offsets[_ROW_LINKS[c]], -1).astype(v.dtype)
@@ -54,10 +54,12 @@ def merge_ranks(profiles: list[Profile], source: Path | None = None) -> Profile:
 
 
 def _sort_by_start(p: Profile) -> None:
-    """Re-establish start order per table after concatenation, remapping every row link."""
+    """Re-establish time order per table after concatenation (memory events by ``ts_ns``), remapping every row
+    link."""
     perms: dict[str, np.ndarray] = {}
     for name in ("ops", "runtime", "kernels", "memcpy", "memset"):
         perms[name] = np.argsort(p.tables[name]["start_ns"], kind="stable")
+    perms["memory_events"] = np.argsort(p.tables["memory_events"]["ts_ns"], kind="stable")
     inverse = {n: np.argsort(pm, kind="stable").astype(np.int32) for n, pm in perms.items()}
     for name, t in p.tables.items():
         if name in perms:

@@ -119,7 +119,7 @@ class Profile:
                 arr = t[c.name]
                 if arr.dtype != np.dtype(c.dtype):
                     problems.append(f"{name}.{c.name}: dtype {arr.dtype}, schema says {c.dtype}")
-                is_string_id = c.name.endswith("_id") and c.name not in {"external_id", "fwd_thread_id"}
+                is_string_id = c.name.endswith("_id") and c.name not in {"external_id", "fwd_thread_id", "graph_id"}
                 if is_string_id and arr.size and (arr.max() >= n_strings or arr.min() < -1):
                     problems.append(f"{name}.{c.name}: string ids outside [-1, {n_strings})")
                 if c.name == "dur_ns" and arr.size and arr.min() < 0:
@@ -130,12 +130,13 @@ class Profile:
                     v = t[link]
                     if v.max() >= sizes[target] or v.min() < -1:
                         problems.append(f"{name}.{link}: row indexes outside {target}")
-            ordered = name in ("kernels", "memcpy", "memset", "ops", "runtime")
-            if ordered and t["start_ns"].size > 1 and np.any(np.diff(t["start_ns"]) < 0):
-                problems.append(f"{name}: rows are not ordered by start_ns")
+            ordered = {"kernels": "start_ns", "memcpy": "start_ns", "memset": "start_ns", "ops": "start_ns",
+                       "runtime": "start_ns", "memory_events": "ts_ns"}.get(name)
+            if ordered and t[ordered].size > 1 and np.any(np.diff(t[ordered]) < 0):
+                problems.append(f"{name}: rows are not ordered by {ordered}")
         steps = self.tables["steps"]
         if steps["number"].size:
-            for name in ("kernels", "memcpy", "memset", "ops", "runtime"):
+            for name in ("kernels", "memcpy", "memset", "ops", "runtime", "memory_events"):
                 unknown = np.setdiff1d(np.unique(self.tables[name]["step"]), np.append(steps["number"], -1))
                 if unknown.size:
                     problems.append(f"{name}: step numbers {unknown[:5].tolist()} are not in `steps`")
@@ -218,7 +219,8 @@ class Profile:
         for name, t in self.tables.items():
             con.register(f"_{name}", pa.table(dict(t)))
             joins, cols = [], ["t.*"]
-            for i, c in enumerate(c for c in t if c.endswith("_id") and c not in {"external_id", "fwd_thread_id"}):
+            ids = (c for c in t if c.endswith("_id") and c not in {"external_id", "fwd_thread_id", "graph_id"})
+            for i, c in enumerate(ids):
                 joins.append(f"LEFT JOIN strings s{i} ON s{i}.id = t.{c}")
                 cols.append(f"s{i}.value AS {c[:-3]}")
             con.execute(f"CREATE VIEW {name} AS SELECT {', '.join(cols)} FROM _{name} t {' '.join(joins)}")

@@ -32,6 +32,9 @@ OP_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
 API_KINDS = ("other", "launch", "memcpy", "memset", "sync", "event", "graph_launch")
 #: ``steps.source`` labels: how the iteration boundary was found.
 STEP_SOURCES = ("profiler_step", "marker", "optimizer", "pattern", "whole_trace")
+#: ``memory_events.device_type`` labels: c10's ``DeviceType`` numbering, as Kineto writes ``Device Type``.
+DEVICE_TYPES = ("cpu", "cuda", "mkldnn", "opengl", "opencl", "ideep", "hip", "fpga", "maia", "xla", "vulkan",
+                "metal", "xpu", "mps", "meta", "hpu", "ve", "lazy", "ipu", "mtia", "privateuse1")
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,19 @@ TABLES: dict[str, tuple[Column, ...]] = {
         ("metric_id", "int32", "metric name (gpu_util_pct, sm_active_pct, power_w, …)"),
         ("value", "float64", "value, in the unit the metric name carries"),
     ),
+    "memory_events": _cols(
+        *_WHERE,
+        ("tid", "int64", "host thread that allocated or freed"),
+        ("ts_ns", "int64", "time of the allocation or free on the trace clock, ns"),
+        ("device_type", "int8", "where the memory is, index into DEVICE_TYPES (torch.profiler `Device Type`)"),
+        ("device", "int16", "device index (-1 for host memory)"),
+        ("addr", "int64", "address of the block"),
+        ("bytes", "int64", "bytes allocated (> 0) or freed (< 0)"),
+        ("total_allocated_bytes", "int64", "bytes allocated on the device after the event (allocator's count)"),
+        ("total_reserved_bytes", "int64", "bytes reserved by the caching allocator after the event (0 on the host)"),
+        ("op_row", "int32", "innermost CPU op on the same thread enclosing the event, -1 if none"),
+        ("step", "int32", "iteration number, -1 outside (and for events of a joined full-detail window)"),
+    ),
 }
 
 
@@ -184,6 +200,7 @@ def schema_markdown() -> str:
         "OP_CATEGORIES": OP_CATEGORIES,
         "API_KINDS": API_KINDS,
         "STEP_SOURCES": STEP_SOURCES,
+        "DEVICE_TYPES": DEVICE_TYPES,
     }
     lines += ["## Enumerations", ""]
     for k, v in enums.items():

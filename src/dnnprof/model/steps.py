@@ -30,7 +30,7 @@ def assign_steps(
 ) -> None:
     """Fill ``steps`` and every ``step`` column from host-side step windows, in place.
 
-    Host rows (ops, runtime calls) belong to the window they start in. GPU rows belong to the step of the call
+    Host rows (ops, runtime calls, memory events) belong to the window they start in. GPU rows belong to the step of the call
     that launched them (by ``launch_row``), or, without a launch record, to the window their start falls in.
     The GPU-side window of a step runs from its first GPU activity to the next step's first GPU activity (or to
     its own last GPU end for the last step), so GPU idle time between steps is charged to the step before it.
@@ -46,10 +46,11 @@ def assign_steps(
     if starts.size > 1:
         ends = np.minimum(ends, np.append(starts[1:], ends[-1]))
 
-    for table in ("ops", "runtime"):
+    for table, time in (("ops", "start_ns"), ("runtime", "start_ns"), ("memory_events", "ts_ns")):
         t = profile.tables[table]
-        sel = t["rank"] == rank
-        t["step"][sel] = _in_windows(t["start_ns"][sel], starts, ends, nums)
+        if t["step"].size:
+            sel = t["rank"] == rank
+            t["step"][sel] = _in_windows(t[time][sel], starts, ends, nums)
     runtime_step = profile.tables["runtime"]["step"]
     gpu_first = np.full(starts.size, np.iinfo(np.int64).max, dtype=np.int64)
     gpu_last = np.full(starts.size, -1, dtype=np.int64)
