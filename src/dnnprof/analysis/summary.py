@@ -19,11 +19,13 @@ from dnnprof.analysis.steps import step_source, with_steps
 from dnnprof.analysis.utilization import Utilization, utilization
 from dnnprof.model.device import DeviceInfo
 from dnnprof.model.profile import Profile
-from dnnprof.model.schema import MEMCPY_KINDS, MEMORY_KINDS
+from dnnprof.model.schema import DEVICE_TYPES, MEMCPY_KINDS, MEMORY_KINDS
 
 SCHEMA = "dnnprof.summary/1"
 #: Host ops listed in the summary (by self time); the saved profile keeps all of them.
 HOST_OPS_IN_SUMMARY = 50
+#: Allocations listed in the summary's ``memory_events`` (largest first); the saved profile keeps all of them.
+LARGEST_ALLOCATIONS = 10
 
 
 @dataclass
@@ -125,6 +127,9 @@ def summary_of(a: Analysis) -> dict[str, Any]:
     roofline = _roofline_json(p, rank, dev)
     if roofline is not None:
         doc["roofline"] = roofline
+    memory = _memory_events_json(p, rank)
+    if memory is not None:
+        doc["memory_events"] = memory
     return doc
 
 
@@ -214,4 +219,55 @@ def _memcpy_json(p: Profile, rank: int) -> list[dict[str, Any]]:
                     "count": int(rows.size), "bytes": int(m["bytes"][rows].sum()),
                     "total_us": _us(float(m["dur_ns"][rows].sum()))})
     out.sort(key=lambda r: -r["total_us"])
+    return out
+
+
+def _device_type(code: int) -> str:
+    return DEVICE_TYPES[code] if 0 <= code < len(DEVICE_TYPES) else str(code)
+
+
+def _memory_events_json(p: Profile, rank: int) -> dict[str, Any] | None:
+    """Allocations and frees recorded with ``profile_memory`` (a ``--full`` window): counts and byte totals, the
+    peak allocator totals seen per device, the largest allocations and who made them. None without memory
+    events."""
+    m = p.tables["memory_events"]
+    sel = np.flatnonzero(m["rank"] == rank)
+    if sel.size == 0:
+        return None
+    b = m["bytes"][sel]
+
+    def counts(rows: np.ndarray) -> dict[str, int]:
+        x = m["bytes"][rows]
+        return {"events": int(rows.size), "allocations": int((x > 0).sum()), "frees": int((x < 0).sum()),
+                "allocated_bytes": int(x[x > 0].sum()), "freed_bytes": int(-x[x < 0].sum())}
+
+    devices = []
+    key = m["device_type"][sel].astype(np.int64) * 65536 + (m["device"][sel].astype(np.int64) + 1)
+    for kv in np.unique(key).tolist():
+        rows = sel[key == kv]
+        code, dev = divmod(kv, 65536)
+        devices.append({"device_type": _device_type(code), "device": dev - 1 if dev > 0 else None, **counts(rows),
+                        "peak_total_allocated_bytes": int(m["total_allocated_bytes"][rows].max()),
+                        "peak_total_reserved_bytes": int(m["total_reserved_bytes"][rows].max())})
+    top = sel[np.argsort(-b, kind="stable")[:LARGEST_ALLOCATIONS]]
+    largest = _allocations_json(p, top[m["bytes"][top] > 0])
+    return {**counts(sel), "devices": devices, "largest_allocations": largest}
+
+
+def _allocations_json(p: Profile, rows: np.ndarray) -> list[dict[str, Any]]:
+    """Allocations: size, where, step, and who made them as kernels are attributed (the innermost op, the
+    module or op-level layer, the phase, the user source line)."""
+    m = p.tables["memory_events"]
+    # attribute() reads a GPU-like table: give it the allocations as rows (times, sizes as weights, ops).
+    view = Profile(tables={**p.tables, "kernels": {"start_ns": m["ts_ns"][rows], "dur_ns": m["bytes"][rows],
+                                                   "op_row": m["op_row"][rows]}},
+                   strings=list(p.strings), devices=p.devices, meta=p.meta)
+    a = attribute(view)
+    out = []
+    for j, r in enumerate(rows.tolist()):
+        step, dev = int(m["step"][r]), int(m["device"][r])
+        out.append({"bytes": int(m["bytes"][r]), "device_type": _device_type(int(m["device_type"][r])),
+                    "device": dev if dev >= 0 else None, "step": step if step >= 0 else None,
+                    "op": a.op_name[j] or None, "layer": a.layer[j] or None, "phase": PHASES[a.phase[j]],
+                    "source": (a.source[j] if a.source is not None else "") or None})
     return out
