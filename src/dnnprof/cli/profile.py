@@ -37,7 +37,8 @@ def profile(
                                                           "synthetic data."),
     seed: int | None = typer.Option(None, "--seed", help="Seed for weights and synthetic data."),
     out: Path | None = typer.Option(None, "--out", help="Run directory (default dnnprof-runs/<name>-<UTC time>)."),
-    full: bool = typer.Option(False, "--full", help="One window with shapes, stacks, modules and memory events."),
+    full: bool = typer.Option(False, "--full", help="Also shapes, stacks, modules and memory events (2 steps after "
+                                                     "the timed ones, joined onto them; on a CPU, one window)."),
     counters: bool = typer.Option(False, "--counters", help="Then run one step under Nsight Compute for hardware "
                                                              "counters."),
     no_nvml: bool = typer.Option(False, "--no-nvml", help="Do not sample NVML/GPM."),

@@ -90,8 +90,9 @@ def run(
     steps: int = typer.Option(10, "--steps", help="Steps in the profiled window."),
     out: Path | None = typer.Option(None, "--out", help="Run directory (default dnnprof-runs/<name>-<UTC time>)."),
     name: str | None = typer.Option(None, "--name", help="Run name (default: the script's name)."),
-    full: bool = typer.Option(False, "--full", help="One window with shapes, stacks, modules and memory events "
-                                                     "(more detail, more overhead)."),
+    full: bool = typer.Option(False, "--full", help="Also shapes, stacks, modules and memory events, recorded in "
+                                                     "2 steps after the timed ones and joined onto them (on a "
+                                                     "GPU; without one, a single window)."),
     counters: bool = typer.Option(False, "--counters", help="Then run the command again under Nsight Compute "
                                                              "for hardware counters of one step."),
     step_marker: str | None = typer.Option(None, "--step-marker", help="record_function/NVTX range name that ends "
