@@ -171,3 +171,18 @@ def test_summary_memory_events(profile: Profile) -> None:
 
     schema = Path(render_pkg.__file__).parent / "schemas" / "summary-1.schema.json"
     jsonschema.validate(doc, json.loads(schema.read_text()))
+
+
+def test_the_terminal_report_has_a_memory_events_line(profile: Profile) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from dnnprof.render.terminal import render
+
+    buf = StringIO()
+    render(summarize(profile), console=Console(file=buf, width=200, force_terminal=False))
+    line = next(ln for ln in buf.getvalue().splitlines() if ln.startswith("memory events:"))
+    n = len(raw_memory_events())
+    allocs = sum(1 for e in raw_memory_events() if e["args"]["Bytes"] > 0)
+    assert line.startswith(f"memory events: {n:,} ({allocs:,} allocations") and "largest" in line and "cpu peak" in line

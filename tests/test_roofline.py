@@ -311,3 +311,20 @@ def test_bad_ncu_input_keeps_its_error(tmp_path: Path, capsys: pytest.CaptureFix
     bad.write_text('"ID","Kernel Name"\n')
     assert main(["analyze", str(bad), "--html", str(tmp_path / "r.html")]) == 2
     assert capsys.readouterr().err.strip() and not (tmp_path / "r.html").exists()
+
+
+def test_the_terminal_report_shows_bounds_and_the_roofline() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from dnnprof.render.terminal import render
+
+    doc = summarize(_profile_with_counters())
+    buf = StringIO()
+    render(doc, console=Console(file=buf, width=260, force_terminal=False), top=40)
+    out = buf.getvalue()
+    assert "SM %" in out and "Mem %" in out and "Bound" in out
+    bounds = {k["bound"] for k in doc["kernels"] if k.get("bound")}
+    assert bounds and all(b in out for b in bounds)
+    assert "roofline:" in out and f"{doc['roofline']['plotted']} kernels plotted" in out

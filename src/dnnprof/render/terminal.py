@@ -76,13 +76,33 @@ def _kernels(doc: dict[str, Any], top: int) -> Table:
                ("Max", "right", None), ("Family", "left", None), ("TC", "center", None),
                ("Occ." if occ_key.startswith("theo") else "Est.occ", "right", None), ("Phase", "left", None),
                ("Layer", "left", 32), ("Kernel", "left", 64))
+    counters = any(k.get("bound") or k.get("sm_throughput_pct") is not None for k in doc["kernels"])
+    if counters:  # Nsight Compute speed of light, for the kernels that have counters
+        columns = (*columns[:8], ("SM %", "right", None), ("Mem %", "right", None), ("Bound", "left", None),
+                   *columns[8:])
     for col, just, width in columns:
         t.add_column(col, justify=just, no_wrap=True, overflow="ellipsis", max_width=width)
     for k in doc["kernels"][:top]:
-        t.add_row(_pct(k["pct"]), _ms(k["total_us"]), f"{k['calls']:,}", _ms(k["mean_us"]), _ms(k["max_us"]),
-                  k["family"], "✓" if k.get("tensor_core") else "", _pct(k.get(occ_key)), k["phase"],
-                  k["layer"] or "-", k["short_name"])
+        cells = [_pct(k["pct"]), _ms(k["total_us"]), f"{k['calls']:,}", _ms(k["mean_us"]), _ms(k["max_us"]),
+                 k["family"], "✓" if k.get("tensor_core") else "", _pct(k.get(occ_key))]
+        if counters:
+            cells += [_pct(k.get("sm_throughput_pct")), _pct(k.get("memory_throughput_pct")), k.get("bound") or "-"]
+        t.add_row(*cells, k["phase"], k["layer"] or "-", k["short_name"])
     return t
+
+
+def _memory_events(m: dict[str, Any]) -> str:
+    """One line on the allocator events of a --full window."""
+    def where(d: dict[str, Any]) -> str:
+        dev = d.get("device")
+        return f"{d.get('device_type') or '?'}" + (f":{dev}" if isinstance(dev, int) and dev >= 0 else "")
+
+    per = "; ".join(f"{where(d)} peak {_bytes(d.get('peak_total_allocated_bytes'))} allocated, "
+                    f"{_bytes(d.get('peak_total_reserved_bytes'))} reserved" for d in m.get("devices", []))
+    big = (m.get("largest_allocations") or [{}])[0]
+    where = f" (largest {_bytes(big.get('bytes'))} by {big.get('op') or '?'})" if big.get("bytes") else ""
+    return (f"memory events: {m['events']:,} ({m['allocations']:,} allocations, {_bytes(m['allocated_bytes'])}; "
+            f"{m['frees']:,} frees){where}; {per}")
 
 
 def _groups(title: str, rows: list[dict[str, Any]], key: str, top: int, calls_key: str) -> Table:
@@ -177,6 +197,12 @@ def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -
         parts.append(_memcpy(doc))
     if doc["kernels"] and doc.get("host_ops"):
         parts.append(_host_ops(doc, min(top, 8)))
+    if doc.get("roofline"):
+        from dnnprof.render.counters_table import roofline_line
+
+        parts.append(roofline_line(doc["roofline"]))
+    if doc.get("memory_events"):
+        parts.append(_memory_events(doc["memory_events"]))
     if doc.get("findings"):
         parts.append(_findings(doc))
     console.print(Group(*parts))
