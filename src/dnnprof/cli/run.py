@@ -75,6 +75,10 @@ def report(result: Any, quiet: bool = False) -> None:
     if hot and (busy is None or busy < HOST_BOUND_BUSY_PCT):
         where = ", ".join(f"{Path(h['file']).name}:{h['line']} {h['function']} ({h['pct']:.0f}%)" for h in hot)
         say(f"host time{f' (GPU busy only {busy}%)' if busy is not None else ''} went to: {where}")
+    dist = (result.meta.get("environment") or {}).get("distributed") or {}
+    if dist.get("rank") is not None:
+        say(f"profiled rank {dist['rank']} of {dist.get('world_size') or '?'} (the other ranks ran unprofiled; "
+            "DNNPROF_PROFILE_RANK=N picks another)")
     att = (result.meta.get("capture") or {}).get("attribution") or {}
     if att.get("matched_kernels_pct") is not None:
         say(f"attribution: {att['matched_kernels_pct']}% of timed kernels matched to ops/layers")

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dnnprof.collect.config import ENV_RUN_DIR, CollectorConfig
+from dnnprof.collect.config import ENV_OWNER, ENV_RUN_DIR, CollectorConfig
 
 OWNER_FILE = "owner.pid"
 BOOT_ERROR_FILE = "boot_error.txt"
@@ -88,10 +88,50 @@ def _claim(run_dir: Path) -> bool:
     return True
 
 
+#: ``__main__`` modules of launchers that start one worker process per rank and train in none of their own.
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+LAUNCHER_SCRIPTS = ("torchrun",)
+#: Which rank of a multi-process job is profiled (``RANK`` of the worker), default 0.
+ENV_PROFILE_RANK = "DNNPROF_PROFILE_RANK"
+
+
+def process_role(environ: Any = None, argv: list[str] | None = None, main_name: str | None = None) -> str:
+    """``launcher`` (torchrun and friends: its workers decide for themselves), ``other_rank`` (a worker of a
+    multi-process job that is not the rank to profile) or ``profiled``."""
+    env = os.environ if environ is None else environ
+    argv = sys.argv if argv is None else argv
+    if main_name is None:
+        main_name = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None) or ""
+        # ``python -m torch.distributed.run`` imports torch while resolving the module, before ``__main__`` and
+        # ``sys.argv`` say which module it is; the interpreter's own command line does.
+        orig = list(getattr(sys, "orig_argv", []))
+        if "-m" in orig[:-1] and not main_name:
+            main_name = orig[orig.index("-m") + 1]
+    script = os.path.basename(argv[0]) if argv else ""
+    if main_name in LAUNCHER_MODULES or script in LAUNCHER_SCRIPTS or (
+            script in ("run.py", "launch.py") and os.path.join("torch", "distributed") in argv[0]):
+        return "launcher"
+    rank = env.get("RANK")
+    if rank is not None and rank.strip() != env.get(ENV_PROFILE_RANK, "0").strip():
+        return "other_rank"
+    return "profiled"
+
+
 def activate(torch: ModuleType, run_dir: Path) -> None:
-    """Create the controller, hook it into torch and into interpreter exit."""
+    """Create the controller, hook it into torch and into interpreter exit.
+
+    Under a multi-process launcher (``dnnprof run -- torchrun --nproc-per-node 8 train.py``) the launcher stands
+    aside and lets its workers through; the worker whose ``RANK`` is ``DNNPROF_PROFILE_RANK`` (default 0) is
+    profiled, the others run as they would without dnnprof.
+    """
     global _controller
-    if _controller is not None or not _claim(run_dir):
+    if _controller is not None:
+        return
+    role = process_role()
+    if role == "launcher":
+        os.environ.pop(ENV_OWNER, None)  # the workers it starts are candidates, not children of the profiled one
+        return
+    if role == "other_rank" or not _claim(run_dir):
         return
     try:
         from dnnprof.collect.controller import Controller

@@ -45,4 +45,7 @@ def environment(torch: Any, pid: int, device: int | None, driver: str | None) ->
                       "uuid": str(getattr(p, "uuid", ""))}
     if driver is not None:
         env["driver"] = driver
+    if os.environ.get("RANK") is not None:  # a worker of a multi-process job (torchrun): which one was profiled
+        env["distributed"] = {k.lower(): os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                                                      "LOCAL_WORLD_SIZE")}
     return env
