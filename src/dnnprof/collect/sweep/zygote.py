@@ -266,8 +266,11 @@ class ForkServer:
     # the trial runner
     def run(self, argv: Sequence[str], *, folder: Path, env: Mapping[str, str], timeout_s: float,
             preexec: Callable[[], None] | None = None, cwd: Path | None = None) -> Finished:
-        if not self.serves(argv, preexec) or self.note or not self.start():
+        def as_usual() -> Finished:
             return run_trial(argv, folder=folder, env=env, timeout_s=timeout_s, preexec=preexec, cwd=cwd)
+
+        if not self.serves(argv, preexec) or self.note or not self.start():
+            return as_usual()
         assert self.proc is not None and self.proc.stdin is not None
         folder.mkdir(parents=True, exist_ok=True)
         err_path = folder / "stderr.txt"
@@ -280,10 +283,10 @@ class ForkServer:
             started = self._readline(30.0)
         except (OSError, ServerGone, ValueError) as e:
             self.note = f"fork server stopped ({e}); the remaining probes import torch themselves"
-            return run_trial(argv, folder=folder, env=env, timeout_s=timeout_s, preexec=preexec, cwd=cwd)
+            return as_usual()
         if started is None:
             self.note = "fork server stopped answering; the remaining probes import torch themselves"
-            return run_trial(argv, folder=folder, env=env, timeout_s=timeout_s, preexec=preexec, cwd=cwd)
+            return as_usual()
         pid = int(started["pid"])
         timed_out = False
         try:
