@@ -103,6 +103,8 @@ def worker(mode: str, kernels_json: str | None) -> None:
     for step in range(STEPS):
         if step == PROFILE_STEP:
             torch.cuda.synchronize()
+            if os.environ.get("NCU_EMPTY_CACHE") == "1":  # hand cached blocks back: less memory for ncu to restore
+                torch.cuda.empty_cache()
             if mode == "kineto":
                 prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
                 prof.__enter__()
@@ -189,13 +191,16 @@ def _ncu_run(name: str, cmd: list[str], log: Path, profile, timeout: float) -> d
     if res.table is not None:
         p = profile()
         j = join_counters(p, res.table, steps=[PROFILE_STEP])
-        b = compute_bounds(res.table.metrics)
         passes = res.table.metric("profiler__replayer_passes") if res.table.has("profiler__replayer_passes") else []
         row.update(coverage=round(j.coverage, 4), matched_launches=j.matched_kernels, total_launches=j.total_kernels,
                    ncu_signatures=len(j.groups), unmatched_ncu_launches=len(j.unmatched_ncu_rows),
-                   passes=sorted({float(x) for x in passes}),
-                   flops_precisions=sorted(b.flops_by_precision),
-                   bound_classes={k: int((b.bound == k).sum()) for k in sorted(set(b.bound.tolist()))})
+                   passes=sorted({float(x) for x in passes}))
+        try:
+            b = compute_bounds(res.table.metrics)
+            row.update(flops_precisions=sorted(b.flops_by_precision),
+                       bound_classes={k: int((b.bound == k).sum()) for k in sorted(set(b.bound.tolist()))})
+        except (KeyError, ValueError) as e:  # a metric set without the throughputs (pass-cost variants)
+            row.update(bounds_error=str(e))
     print(f"[{name}] {row['status']} {row['wall_s']} s, {row['profiled_launches']} launches, "
           f"coverage {row.get('coverage')}, passes {row.get('passes')}", flush=True)
     return row
@@ -211,6 +216,10 @@ def main() -> None:
     ap.add_argument("--metrics", default="", help="comma-separated metrics instead of dnnprof's (to compare costs)")
     ap.add_argument("--filter-mode", default="exclude", choices=["exclude", "include"])
     ap.add_argument("--full-timeout", type=float, default=240.0, help="stop the all-kernels run after this long")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME|METRICS|EXTRA",
+                    help="with --quick: also run dnnprof's default plan as NAME with METRICS (comma-separated; empty "
+                    "= dnnprof's) and EXTRA ncu options (space-separated, e.g. '--cache-control none'; 'env:NAME=VALUE' sets a variable for the "
+                    "target, e.g. 'env:NCU_EMPTY_CACHE=1' empties PyTorch's cache before the step); repeatable")
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.kernels_json)
@@ -276,6 +285,30 @@ def main() -> None:
                    predicted_coverage=round(plan.predicted_coverage, 4), predicted_missed=plan.missed_signatures,
                    launch_count=plan.launch_count)
         results["runs"].append(row)
+        for v in args.variant:
+            vname, vmetrics, vextra = ([*v.split("|"), "", ""])[:3]
+            vlog = OUT / f"ncu_{vname}.csv"
+            toks = vextra.split()
+            venv = dict(t[4:].split("=", 1) for t in toks if t.startswith("env:"))  # env:NAME=VALUE for the target
+            toks = [t for t in toks if not t.startswith("env:")]
+            cache = toks[toks.index("--cache-control") + 1] if "--cache-control" in toks else "all"
+            toks = [t for i, t in enumerate(toks) if "--cache-control" not in toks[max(0, i - 1):i + 1]]
+            vcmd = N.build_ncu_command(ncu, target, vlog, nvtx_range=RANGE, plan=plan, compute_capability=cc,
+                                       process_scope=scope, cache_control=cache, extra=toks)
+            if vmetrics:
+                vcmd[vcmd.index("--metrics") + 1] = vmetrics
+            saved = {k: os.environ.get(k) for k in venv}
+            os.environ.update(venv)
+            try:
+                vrow = _ncu_run(vname, vcmd, vlog, profile, 600)
+            finally:
+                for k, old in saved.items():
+                    if old is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = old
+            vrow.update(strategy=plan.strategy, metrics=vmetrics or "dnnprof", extra=vextra)
+            results["runs"].append(vrow)
 
     if not args.quick:
         log = OUT / "ncu_none.csv"

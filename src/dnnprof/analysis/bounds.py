@@ -5,7 +5,8 @@ absent) — ``NcuTable.metrics`` or a pivot of a profile's ``counters`` table. W
 
 * SM / memory throughput % — ``sm__throughput.avg.pct_of_peak_sustained_elapsed`` and
   ``gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed`` (ncu's "Compute (SM) Throughput" and
-  "Memory Throughput" in GPU Speed Of Light).
+  "Memory Throughput" in GPU Speed Of Light); where a capture has only their parts (dnnprof's own, cheaper
+  collection: :mod:`dnnprof.model.sol_metrics`), the maximum over the parts present (``throughput_source``).
 * DRAM bytes — ``dram__bytes.sum``; else ``dram__bytes_read.sum + dram__bytes_write.sum``; else
   ``dram__bytes.sum.per_second × gpu__time_duration.sum`` (``--set full`` collects only the rate).
 * Non-tensor FLOPs per precision from predicated-on SASS thread instructions, weighted as ncu's roofline
@@ -32,6 +33,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dnnprof.model.gpu_specs import GpuSpec
+from dnnprof.model.sol_metrics import (
+    MEMORY_THROUGHPUT,
+    MEMORY_THROUGHPUT_PARTS,
+    SM_THROUGHPUT,
+    SM_THROUGHPUT_PARTS,
+)
 
 # SOLBottleneck thresholds, named as in NVIDIA's rule.
 NO_BOUND_THRESHOLD_PCT = 80.0  #: either throughput at/above this → "high-throughput"
@@ -41,8 +48,8 @@ WAVES_THRESHOLD = 1.0  #: fewer waves per SM than this in a latency-bound kernel
 BOUND_CLASSES = ("latency", "small-grid", "compute", "memory", "balanced", "high-throughput")
 
 M_DURATION = "gpu__time_duration.sum"
-M_SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
-M_MEM_PCT = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+M_SM_PCT = SM_THROUGHPUT
+M_MEM_PCT = MEMORY_THROUGHPUT
 M_DRAM_BYTES = "dram__bytes.sum"
 M_DRAM_RATE = "dram__bytes.sum.per_second"
 M_ACHIEVED_OCC = "sm__warps_active.avg.pct_of_peak_sustained_active"
@@ -123,6 +130,9 @@ class KernelBounds:
     flops_per_s: np.ndarray
     dram_bytes_per_s: np.ndarray
     bound: np.ndarray
+    #: where the two throughputs came from: ``ncu`` (its own SOL metrics), ``parts`` (the maximum of their parts),
+    #: ``mixed`` or ``none``
+    throughput_source: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.duration_ns.shape[0])
@@ -172,6 +182,22 @@ def _sum_parts(parts: list[np.ndarray], n: int) -> np.ndarray:
     return np.where(np.isfinite(stack).any(axis=0), np.nansum(stack, axis=0), np.nan)
 
 
+def _throughput(metrics: Mapping[str, np.ndarray], name: str, parts: Sequence[str], n: int) -> tuple[np.ndarray, str]:
+    """ncu's throughput where collected (per row), else the maximum of its parts; and where it came from
+    (``ncu``, ``parts``, ``mixed`` or ``none``)."""
+    top = _get(metrics, name, n)
+    have = [_get(metrics, p, n) for p in parts if p in metrics]
+    if not have:
+        return top, "ncu" if name in metrics else "none"
+    stack = np.vstack(have)
+    with np.errstate(invalid="ignore"):
+        from_parts = np.where(np.isfinite(stack).any(axis=0), np.nanmax(np.where(np.isfinite(stack), stack, -np.inf),
+                                                                         axis=0), np.nan)
+    out = np.where(np.isfinite(top), top, from_parts)
+    used_top, used_parts = np.isfinite(top).any(), (~np.isfinite(top) & np.isfinite(from_parts)).any()
+    return out, "mixed" if used_top and used_parts else "parts" if used_parts else "ncu" if used_top else "none"
+
+
 def compute_bounds(metrics: Mapping[str, np.ndarray]) -> KernelBounds:
     """Per-launch throughputs, bytes, FLOPs by precision, intensity and bound class (see the module docstring)."""
     n = _rows(metrics)
@@ -209,14 +235,17 @@ def compute_bounds(metrics: Mapping[str, np.ndarray]) -> KernelBounds:
         ai = np.where(dram > 0, flops / dram, np.nan)
         fps = np.where(dur_s > 0, flops / dur_s, np.nan)
         bps = np.where(dur_s > 0, dram / dur_s, np.nan)
-    sm, mem, waves = _get(metrics, M_SM_PCT, n), _get(metrics, M_MEM_PCT, n), _get(metrics, M_WAVES, n)
+    sm, sm_src = _throughput(metrics, M_SM_PCT, SM_THROUGHPUT_PARTS, n)
+    mem, mem_src = _throughput(metrics, M_MEM_PCT, MEMORY_THROUGHPUT_PARTS, n)
+    waves = _get(metrics, M_WAVES, n)
     return KernelBounds(
         duration_ns=dur_ns, sm_throughput_pct=sm, memory_throughput_pct=mem, dram_bytes=dram,
         achieved_occupancy_pct=_get(metrics, M_ACHIEVED_OCC, n),
         theoretical_occupancy_pct=_get(metrics, M_THEORETICAL_OCC, n), waves_per_sm=waves,
         flops_by_precision=flops_by, tensor_int_ops=_sum_parts(int_ops, n), tensor_inst=_sum_parts(inst, n),
         flops=flops, arithmetic_intensity=ai, flops_per_s=fps, dram_bytes_per_s=bps,
-        bound=sol_bound(sm, mem, waves))
+        bound=sol_bound(sm, mem, waves),
+        throughput_source={"sm": sm_src, "memory": mem_src})
 
 
 # --- roofline ------------------------------------------------------------------------------------------------

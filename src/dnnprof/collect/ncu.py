@@ -40,16 +40,16 @@ import numpy as np
 
 from dnnprof.ingest.ncu_csv import PERMISSION_HELP, NcuFormatError, NcuTable, ncu_install_dirs, read_ncu_csv
 from dnnprof.model.profile import Profile
+from dnnprof.model.sol_metrics import MEMORY_THROUGHPUT_PARTS, SM_THROUGHPUT_PARTS
 
-#: Metrics every capture asks for (names verified on sm_90 with Nsight Compute 2025.3): 17 replay passes per launch
-#: on an H100, 10 of them for the two speed-of-light throughputs alone (measured: SM and memory throughput % 10
-#: passes; duration, DRAM bytes, clocks, theoretical occupancy and waves 1, that group plus the FP32 SASS counters
-#: 3, plus the FP64/FP16 SASS counters 3, plus 4 tensor-core counters 5). A pass costs ~30 ms per launch there.
+#: Metrics every capture asks for (names verified on sm_90 with Nsight Compute 2025.3). Replay passes per launch,
+#: measured on an H200 (``benchmarks/gpu/ncu_pass_counts.py``): duration, DRAM bytes, clocks, occupancy and waves
+#: 1; the SASS FLOP counters 1; the parts of the two speed-of-light throughputs (:mod:`dnnprof.model.sol_metrics`)
+#: 4, where ncu's two top-level throughputs cost 10; the tensor-core counters below 7. Every pass of a launch
+#: after the first restores all the device memory the process holds (5.6 GB for a 4-layer GPT-2 step).
 NCU_METRICS = (
     "gpu__time_duration.sum",
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    *SM_THROUGHPUT_PARTS, *MEMORY_THROUGHPUT_PARTS,
     "dram__bytes.sum", "dram__bytes.sum.peak_sustained", "dram__cycles_elapsed.avg.per_second",
     "sm__cycles_elapsed.avg.per_second",
     "sm__warps_active.avg.pct_of_peak_sustained_active", "sm__maximum_warps_per_active_cycle_pct",
