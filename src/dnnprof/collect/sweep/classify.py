@@ -41,6 +41,11 @@ _HOST_OOM = re.compile("|".join(HOST_OOM_PATTERNS))
 _REQUEST = re.compile(r"tried to allocate\s+([0-9][0-9.,]*)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b", re.IGNORECASE)
 _UNIT = {"bytes": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_SIZE = r"([0-9][0-9.,]*)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b"
+#: PyTorch's CUDA caching allocator, when it fails: "Of the allocated memory 335.75 MiB is allocated by PyTorch, and
+#: 78.25 MiB is reserved by PyTorch but unallocated."
+_HELD = re.compile(_SIZE + r"\s+is allocated by PyTorch,\s*and\s+" + _SIZE + r"\s+is reserved by PyTorch but unallocated",
+                   re.IGNORECASE)
 _CUDA_ERROR = re.compile(r"CUDA error|CUDNN_STATUS_|CUBLAS_STATUS_|cudaError|illegal memory access|device-side assert")
 #: Lines that are noise at the end of a traceback, never the message.
 _NOISE = re.compile(r"^(\s*$|Traceback|\s+File |\s+\^+|\s{4}|During handling|The above exception|"
@@ -126,6 +131,26 @@ def requested_bytes(text: str) -> int | None:
     except ValueError:
         return None
     return int(value * _UNIT[m.group(2).lower()])
+
+
+def _bytes(value: str, unit: str) -> int | None:
+    try:
+        return int(float(value.replace(",", "")) * _UNIT[unit.lower()])
+    except (ValueError, KeyError):
+        return None
+
+
+def allocator_state(text: str) -> tuple[int | None, int | None]:
+    """``(allocated, reserved but unallocated)`` bytes of PyTorch's CUDA caching allocator at the moment an
+    out-of-memory was raised, as its message says; ``(None, None)`` when it does not say.
+
+    This is the state *at the failure*, which the peak counters of the trial (the largest allocation of the whole
+    run) do not give: a batch can fail early in a step with less in use than an earlier step's peak.
+    """
+    m = _HELD.search(text or "")
+    if not m:
+        return None, None
+    return _bytes(m.group(1), m.group(2)), _bytes(m.group(3), m.group(4))
 
 
 def first_line(text: str, limit: int = 400) -> str:

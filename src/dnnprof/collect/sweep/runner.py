@@ -21,7 +21,7 @@ from typing import Any
 
 from dnnprof.collect.sweep import backend
 from dnnprof.collect.sweep.backend import Plan
-from dnnprof.collect.sweep.classify import requested_bytes
+from dnnprof.collect.sweep.classify import allocator_state, requested_bytes
 from dnnprof.collect.sweep.search import BatchSearch, Observation
 from dnnprof.collect.sweep.spec import CPU_UNSUPPORTED, SweepSpec, trial_bound
 from dnnprof.collect.sweep.store import SweepStore
@@ -251,10 +251,13 @@ def observation(rec: dict[str, Any]) -> Observation:
     """What the batch search reads of a point record (also of one read back from ``sweep.json``)."""
     reserved = rec.get("peak_reserved_bytes") if rec.get("limit_resource_bytes") == rec.get("peak_allocated_bytes") \
         else None  # the held-but-unusable share only means something for the GPU's caching allocator
+    oom = rec["status"] == "oom"
+    at_failure, held = allocator_state(rec.get("message") or "") if oom and reserved is not None else (None, None)
     return Observation(batch_size=rec["batch_size"], status=rec["status"], used_bytes=rec.get("limit_resource_bytes"),
                        capacity_bytes=rec.get("memory_capacity_bytes"), limited_by=rec.get("limited_by"),
-                       requested_bytes=requested_bytes(rec.get("message") or "") if rec["status"] == "oom" else None,
-                       reserved_bytes=reserved)
+                       requested_bytes=requested_bytes(rec.get("message") or "") if oom else None,
+                       reserved_bytes=reserved, allocated_at_failure_bytes=at_failure,
+                       unallocated_at_failure_bytes=held)
 
 
 def _sigterm_as_interrupt() -> Any:

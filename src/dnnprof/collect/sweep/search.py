@@ -15,9 +15,17 @@ predicted 910, true edge in 898–913; amp-fp16: 1720, true edge in 1715–1778)
 trials alone, extended to the full capacity, lands 10–15 % too high: the failure is a large single allocation
 (an RNN workspace, a logits buffer) made while most of the memory is in use.
 
+Where PyTorch's message gives the allocator's state at the failure ("Of the allocated memory X is allocated by
+PyTorch, and Y is reserved by PyTorch but unallocated"), the demand is X + the request + Y, compared with the
+whole capacity: the held share Y is fragmentation among blocks the batch sized, so it grows with the batch. The
+trial's peak allocated is not used then: a batch can fail in a later phase than the one that set its peak, and
+peak + request counts two moments as one. Under a 512 MiB limit on an H100 (DeepSpeech2-tiny) that sent the
+prediction 100 batches low and the search to 23 trials; with the state at the failure it takes 13.
+
 Every prediction is checked by a trial. A prediction a trial contradicts is refitted once (a failure adds a demand
 point); a second miss, or a fit above the predicted edge, switches to a gallop away from the last guess (steps
-2, 8, 32 …) and then plain bisection, so the search never does much worse than bisection. A failure that says
+2, 8, 32 …) until a trial crosses the edge; a failure that does so is a demand point nearer the edge and is used
+for one more prediction, then plain bisection, so the search never does much worse than bisection. A failure that says
 nothing about memory (an error, a timeout, an OOM without sizes) bisects.
 """
 
@@ -59,6 +67,9 @@ class Observation:
         requested_bytes: for an out-of-memory, the size of the allocation that failed, when the message says.
         reserved_bytes: GPU memory the caching allocator held (peak reserved); with ``used_bytes`` (peak
             allocated) it says how much was held but unusable when a trial failed.
+        allocated_at_failure_bytes, unallocated_at_failure_bytes: for a GPU out-of-memory, what PyTorch's
+            allocator had allocated, and reserved but not allocated, when it failed (from its message); better
+            than the peaks when a batch fails before reaching the peak of an earlier step.
     """
 
     batch_size: int
@@ -68,13 +79,31 @@ class Observation:
     limited_by: str | None = None
     requested_bytes: int | None = None
     reserved_bytes: int | None = None
+    allocated_at_failure_bytes: int | None = None
+    unallocated_at_failure_bytes: int | None = None
 
     @property
     def demand_bytes(self) -> int | None:
-        """For an out-of-memory: what the batch needed when it failed, at least (in use + the failed request)."""
-        if self.status != "oom" or self.used_bytes is None or not self.requested_bytes:
+        """For an out-of-memory: what the batch needed when it failed, at least.
+
+        With the allocator's own state at the failure (from its message): allocated + the failed request + what
+        it held reserved but unallocated. That held share is fragmentation of blocks sized by the batch, so it
+        grows with the batch like the rest of the demand, and the whole demand is compared with the capacity.
+        Without it: the trial's peak allocated + the request (the held share is then taken off the capacity).
+        """
+        if self.status != "oom" or not self.requested_bytes:
             return None
-        return self.used_bytes + self.requested_bytes
+        if self.allocated_at_failure_bytes is not None:
+            return self.allocated_at_failure_bytes + self.requested_bytes + (self.unallocated_at_failure_bytes or 0)
+        return None if self.used_bytes is None else self.used_bytes + self.requested_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        """What to take off the capacity for a failure: 0 when :attr:`demand_bytes` already counts the held
+        share, else peak reserved − peak allocated."""
+        if self.allocated_at_failure_bytes is not None:
+            return 0
+        return max(0, (self.reserved_bytes or 0) - (self.used_bytes or 0))
 
     @property
     def fits(self) -> bool:
@@ -186,8 +215,7 @@ class BatchSearch:
             return None
         f = fails[0]
         demand = float(f.demand_bytes)  # type: ignore[arg-type]
-        held = max(0, (f.reserved_bytes or 0) - (f.used_bytes or 0))
-        usable = cap - held
+        usable = cap - f.held_bytes
         if demand <= usable:
             return None  # the sizes do not explain the failure: nothing to extrapolate from
         g = next((o for o in fails[1:] if o.demand_bytes - demand >= SLOPE_SPREAD_FRACTION * cap), None)  # type: ignore[operator]
@@ -309,5 +337,7 @@ class BatchSearch:
         elif mode in ("gallop_up", "gallop_down"):
             if obs.fits == (mode == "gallop_up"):
                 self._step *= GALLOP_GROWTH
+            elif obs.demand_bytes is not None and self._misses < MAX_GUIDED_MISSES:
+                self._mode = "guided"  # a new failure nearer the edge: its demand predicts it better than halving
             else:
                 self._mode = "bisect"
