@@ -21,7 +21,11 @@ NVML/GPM sampler every 20 / 50 ms); ``timing_stack`` (plus the host stack sample
 50 ms sampled in a helper process, without / with the stack sampler), ``kernels_only`` (GPU activity without runtime-call records, where
 this PyTorch accepts activity filters), ``attribution``, ``full``, ``full_noranges`` (``--full`` without dnnprof's
 module ranges), ``full_withmodules`` (torch's ``with_modules`` instead of dnnprof's module ranges), ``full_nomem``
-(without memory events), ``full_noshapes`` (without shapes). ``--only`` may name a scenario twice (e.g. ``none``
+(without memory events), ``full_noshapes`` (without shapes). ``timing_noextcorr`` (the timing window with
+Kineto's external correlation off), ``cupti_kernels`` / ``cupti_launchrt`` / ``cupti_runtime`` / ``cupti_driver``
+(CUPTI activity records taken straight through NVIDIA's cupti-python, no Kineto: kernels, copies and memsets
+alone; plus runtime-call records for launches only; plus every runtime call; plus driver calls — what each kind of
+record costs; needs the ``cupti-python`` and ``pyelftools`` wheels). ``--only`` may name a scenario twice (e.g. ``none``
 first and last, to see drift). ``--cycles N`` opens the window N times in each process (8 steps, then 6 plain
 steps) and reports the median over cycles of (window / the plain steps around it): use it on a noisy host.
 Writes $OUT/timing_window_probe.json and prints a table last.
@@ -45,7 +49,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ("none", "cuda_only", "timing", "timing_nvml20", "timing_nvml50", "timing_stack", "full_nostack")
 #: Run only when named with --only.
 EXTRA = ("timing_samplers", "timing_default", "timing_stack50", "timing_nvmlproc50", "timing_stack_nvmlproc",
-         "kernels_only", "attribution", "full", "full_noranges", "full_nomem", "full_noshapes", "full_withmodules")
+         "kernels_only", "attribution", "full", "full_noranges", "full_nomem", "full_noshapes", "full_withmodules",
+         "timing_noextcorr", *(f"cupti_{k}" for k in ("kernels", "launchrt", "runtime", "driver")))
+#: CUPTI activity kinds of the ``cupti_*`` scenarios (cupti-python, no Kineto session in the process): what each
+#: kind of record costs on its own. ``launchrt`` records runtime calls for launches and copies only.
+CUPTI_KINDS = {"kernels": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET"),
+               "launchrt": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME"),
+               "runtime": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME"),
+               "driver": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME", "DRIVER")}
 #: Profiler keyword overrides of the ``full_*`` variants.
 FULL_VARIANTS = {"full_nostack": {"record_shapes": True, "profile_memory": True, "with_stack": False},
                  "full_nomem": {"profile_memory": False}, "full_noshapes": {"record_shapes": False},
@@ -85,6 +96,12 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
                     return orig(**{**kw, **over})
 
                 torch.profiler.profile = profile
+            if scenario == "timing_noextcorr":
+                def profile(**kw: Any) -> Any:
+                    cfg = torch._C._profiler._ExperimentalConfig(disable_external_correlation=True)
+                    return orig(**{**kw, "experimental_config": cfg})
+
+                torch.profiler.profile = profile
             if scenario in ("full_noranges", "full_withmodules"):
                 windows.ModuleRanges = _NoRanges
             try:
@@ -116,6 +133,8 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
                     **_trace_check(out / f"{w.kind}.json.gz")}
 
         return start, step, stop
+    if scenario.startswith("cupti_"):
+        return _cupti_session(scenario[len("cupti_"):], state)
     if scenario in ("cuda_only", "kernels_only"):
         pa = torch.profiler.ProfilerActivity
 
@@ -142,6 +161,48 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
 
         return start, lambda k: None, stop
     return (lambda k: None), (lambda k: None), (lambda: {})
+
+
+def _cupti_session(which: str, state: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """CUPTI activity records straight from cupti-python (no Kineto), for the kinds ``CUPTI_KINDS[which]``."""
+    from collections import Counter
+
+    from cupti import cupti  # cupti-python
+
+    kinds = [getattr(cupti.ActivityKind, k) for k in CUPTI_KINDS[which]]
+    counts: Counter[str] = Counter()
+    durs: list[int] = []
+
+    def requested() -> tuple[int, int]:
+        return 8 * 1024 * 1024, 0
+
+    def completed(activities: list[Any]) -> None:
+        for a in activities:
+            counts[str(a.kind).split(".")[-1]] += 1
+            if a.kind == cupti.ActivityKind.CONCURRENT_KERNEL:
+                durs.append(a.end - a.start)
+
+    def start(k: int) -> None:
+        if "registered" not in state:
+            cupti.activity_register_callbacks(requested, completed)
+            state["registered"] = True
+        if which == "launchrt":
+            names = [n for n in dir(cupti.RuntimeApiTraceCbid) if not n.startswith("_")]
+            for n in names:
+                keep = any(w in n for w in ("LaunchKernel", "Memcpy", "Memset", "LaunchCooperative"))
+                cupti.activity_enable_runtime_api(int(getattr(cupti.RuntimeApiTraceCbid, n)), int(keep))
+        for kind in kinds:
+            cupti.activity_enable(kind)
+
+    def stop() -> dict[str, Any]:
+        t = time.perf_counter()
+        for kind in kinds:
+            cupti.activity_disable(kind)
+        cupti.activity_flush_all(1)
+        return {"stop_s": round(time.perf_counter() - t, 3), "records": dict(counts),
+                "kernels": counts.get("CONCURRENT_KERNEL", 0), "kernels_with_time": sum(1 for d in durs if d > 0)}
+
+    return start, lambda k: None, stop
 
 
 class _NoRanges:
