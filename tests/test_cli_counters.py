@@ -48,3 +48,23 @@ def test_counters_refuses_an_incomplete_run(tmp_path: Path, capsys: pytest.Captu
     assert main(["counters", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "incomplete" in err and "Ctrl-C" in err
+
+
+def test_analyze_a_parts_only_capture(tmp_path: Path) -> None:
+    """dnnprof's own ncu pass collects the parts of the speed-of-light throughputs (H100, 12 replay passes): the
+    file on its own gives the same per-kernel table, and says the throughputs are maxima of parts."""
+    out = tmp_path / "c.json"
+    parts = Path(__file__).parent / "data" / "ncu_gpt2_h100_parts" / "ncu.csv.gz"
+    assert main(["analyze", str(parts), "--json", str(out), "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["throughput_source"] == {"sm": "parts", "memory": "parts"}
+    assert doc["launches"] == 75
+    assert all(k["sm_throughput_pct"] is not None and k["bound"] for k in doc["kernels"])
+    ref = tmp_path / "ref.json"  # ncu's own throughputs, another run of the same step on the same day
+    full = Path(__file__).parent / "data" / "ncu_gpt2_h100_breakdown" / "ncu.csv.gz"
+    assert main(["analyze", str(full), "--json", str(ref), "--quiet"]) == 0
+    theirs = {k["name"]: k for k in json.loads(ref.read_text())["kernels"]}
+    top = doc["kernels"][:5]  # 76 % of the step's counted time
+    assert all(k["bound"] == theirs[k["name"]]["bound"] for k in top)
+    for k in top:
+        assert abs(k["memory_throughput_pct"] - theirs[k["name"]]["memory_throughput_pct"]) < 3

@@ -47,6 +47,7 @@ def ncu_summary(path: Path) -> dict[str, Any]:
         bounds[key] = bounds.get(key, 0.0) + k["pct"]
     return {"schema": SCHEMA, "source": {"path": str(path), "format": "ncu"}, "launches": len(table),
             "kernels": kernels, "bound_share_pct": {k: round(v, 2) for k, v in sorted(bounds.items())},
+            "throughput_source": b.throughput_source,
             "roofline": _roofline(table.metrics, names, _device_name(table.text))}
 
 
