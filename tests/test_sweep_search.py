@@ -247,15 +247,17 @@ def test_an_allocator_that_holds_more_or_less_still_converges(precision: str, wo
     assert s.trials <= trial_bound(edge) + extra, [o.batch_size for o in s.observations]
 
 
-# --- a small, lumpy limit: real H100 records under a 512 MiB per-process limit ---------------------------------
-TINY = json.loads((Path(__file__).parent / "data" / "sweep" / "deepspeech2_tiny_512mib_h100.json").read_text())
+# --- replays of real H100 records ----------------------------------------------------------------------------------
+SWEEPS = Path(__file__).parent / "data" / "sweep"
+TINY = json.loads((SWEEPS / "deepspeech2_tiny_512mib_h100.json").read_text())
+STUDY = json.loads((SWEEPS / "deepspeech2_h100_study_train.json").read_text())
 
 
-def recorded_world(precision: str):
-    """The trials the H100 ran, as recorded; a batch it did not run gets the numbers of its neighbours: peaks
-    interpolated between the fits around it, or the nearest recorded failure's allocator state and request scaled
-    with the batch (so failures stay as lumpy as they were: a smaller batch can fail with a larger request)."""
-    recs = {p["batch_size"]: p for p in TINY["points"] if p["precision"] == precision}
+def recorded_world(points: list[dict], precision: str, mode: str = "train"):
+    """The trials an H100 ran, as recorded; a batch it did not run gets the numbers of its neighbours: peaks
+    interpolated between the fits around it, a failure the allocator state and request of the recorded failures
+    around it (interpolated, or the nearest one scaled with the batch), so failures stay as lumpy as they were."""
+    recs = {p["batch_size"]: p for p in points if p["precision"] == precision and p["mode"] == mode}
     oks = sorted(b for b, p in recs.items() if p["status"] == "ok")
     bad = sorted(b for b, p in recs.items() if p["status"] == "oom")
     edge = max(oks)
@@ -269,11 +271,24 @@ def recorded_world(precision: str):
             for k in ("peak_allocated_bytes", "peak_reserved_bytes", "limit_resource_bytes"):
                 rec[k] = int(recs[lo][k] + (recs[hi][k] - recs[lo][k]) * (b - lo) / (hi - lo))
             return observation(rec)
-        o = observation(recs[min(bad, key=lambda x: abs(x - b))])
-        f = b / o.batch_size
-        return dataclasses.replace(o, batch_size=b, requested_bytes=int(o.requested_bytes * f),
-                                   allocated_at_failure_bytes=int(o.allocated_at_failure_bytes * f),
-                                   unallocated_at_failure_bytes=int(o.unallocated_at_failure_bytes * f))
+        under, over = [x for x in bad if x < b], [x for x in bad if x > b]
+        if under and over:
+            a, c = observation(recs[max(under)]), observation(recs[min(over)])
+            t = (b - a.batch_size) / (c.batch_size - a.batch_size)
+
+            def at(x: int | None, y: int | None) -> int | None:
+                return None if x is None or y is None else int(x + (y - x) * t)
+        else:
+            a = c = observation(recs[min(bad, key=lambda x: abs(x - b))])
+
+            def at(x: int | None, y: int | None) -> int | None:
+                return None if x is None else int(x * b / a.batch_size)
+        return dataclasses.replace(
+            a, batch_size=b, used_bytes=at(a.used_bytes, c.used_bytes),
+            reserved_bytes=at(a.reserved_bytes, c.reserved_bytes),
+            requested_bytes=at(a.requested_bytes, c.requested_bytes),
+            allocated_at_failure_bytes=at(a.allocated_at_failure_bytes, c.allocated_at_failure_bytes),
+            unallocated_at_failure_bytes=at(a.unallocated_at_failure_bytes, c.unallocated_at_failure_bytes))
 
     return trial, edge
 
@@ -287,16 +302,42 @@ def test_the_allocator_state_is_read_from_real_messages() -> None:
     assert o.demand_bytes == int(335.75 * MiB) + 118 * MiB + int(78.25 * MiB) and o.held_bytes == 0
 
 
-@pytest.mark.parametrize(("precision", "most"), [("fp32", 13), ("bf16", 17)])
+@pytest.mark.parametrize(("precision", "most"), [("fp32", 13), ("bf16", 18)])
 def test_a_small_lumpy_limit_is_pinned_to_plus_minus_one(precision: str, most: int) -> None:
     """On the H100 this search took 23 (fp32) and 24 (bf16) trials: the peak allocated of a failing trial came from
     an earlier step, so in-use + request overstated the demand and the second failure sent the prediction 100
-    batches low. With the allocator's own state at the failure it takes 13 and 17 (the promise is 12 and 13:
+    batches low. With the allocator's own state at the failure it takes 13 and 18 (the promise is 12 and 13:
     allocator rounding is a large share of a 512 MiB limit)."""
-    trial, edge = recorded_world(precision)
+    trial, edge = recorded_world(TINY["points"], precision)
     s = run_world(trial)
     assert s.lo in (edge - 1, edge) and s.hi - s.lo <= 2, [o.batch_size for o in s.observations]
-    assert s.trials <= most <= trial_bound(edge) + 4, [o.batch_size for o in s.observations]
+    assert s.trials <= most <= trial_bound(edge) + 5, [o.batch_size for o in s.observations]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp-fp16", "bf16"])
+def test_the_study_training_series_keep_the_promise(precision: str) -> None:
+    """The DeepSpeech2 study on the H100 took 13, 15 and 20 trials for these series (promise 13, 14, 14). Replayed
+    on its records, the search of today keeps the promise on all three and pins the edge to ±1."""
+    trial, edge = recorded_world(STUDY["points"], precision)
+    s = run_world(trial)
+    assert s.lo in (edge - 1, edge) and s.hi - s.lo <= 2, [o.batch_size for o in s.observations]
+    assert s.trials <= trial_bound(edge), [o.batch_size for o in s.observations]
+
+
+def test_a_failure_its_sizes_do_not_explain_still_bounds_the_edge() -> None:
+    """At the very edge the allocator's rounding can leave a failure's demand a hair under the capacity: the model
+    extrapolates from a failure that is explained and never predicts at or above the unexplained one."""
+    cap = 80 * GiB
+    s = BatchSearch()
+    for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
+        s.observe(Observation(b, "ok", GiB + b * 70 * MiB, cap, None))
+    s.observe(Observation(1024, "oom", 60 * GiB, cap, "gpu_memory", requested_bytes=10 * GiB,
+                          allocated_at_failure_bytes=60 * GiB, unallocated_at_failure_bytes=20 * GiB))
+    first = s.predicted_edge()
+    assert first is not None and 512 < first < 1024
+    s.observe(Observation(first, "oom", 50 * GiB, cap, "gpu_memory", requested_bytes=10 * GiB,
+                          allocated_at_failure_bytes=55 * GiB, unallocated_at_failure_bytes=15 * GiB - MiB))
+    assert s.predicted_edge() == first - 1
 
 
 # --- classification ---------------------------------------------------------------------------------------------

@@ -213,12 +213,15 @@ class BatchSearch:
                        key=lambda o: o.batch_size)
         if cap is None or not fails:
             return None
-        f = fails[0]
+        # The smallest failure whose sizes explain it (demand above the usable capacity) is extrapolated from. A
+        # failure whose sizes do not (allocator rounding at the very edge) still bounds the edge from above.
+        i = next((i for i, o in enumerate(fails) if float(o.demand_bytes) > cap - o.held_bytes), None)  # type: ignore[arg-type]
+        if i is None:
+            return None  # no failure's sizes explain it: nothing to extrapolate from
+        f, below = fails[i], fails[0].batch_size - 1
         demand = float(f.demand_bytes)  # type: ignore[arg-type]
         usable = cap - f.held_bytes
-        if demand <= usable:
-            return None  # the sizes do not explain the failure: nothing to extrapolate from
-        g = next((o for o in fails[1:] if o.demand_bytes - demand >= SLOPE_SPREAD_FRACTION * cap), None)  # type: ignore[operator]
+        g = next((o for o in fails[i + 1:] if o.demand_bytes - demand >= SLOPE_SPREAD_FRACTION * cap), None)  # type: ignore[operator]
         if g is not None:
             slope = (g.demand_bytes - demand) / (g.batch_size - f.batch_size)  # type: ignore[operator]
         else:
@@ -229,7 +232,7 @@ class BatchSearch:
             slope = (demand - fixed) / f.batch_size
         if slope <= 0:
             return None
-        return math.floor(f.batch_size - (demand - usable) / slope)
+        return min(math.floor(f.batch_size - (demand - usable) / slope), below)
 
     # --- the search ---------------------------------------------------------------------------------------
     def propose(self) -> int | None:
