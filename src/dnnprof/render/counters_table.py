@@ -30,6 +30,9 @@ def render_counters(doc: dict[str, Any], console: Console | None = None, top: in
                   k["bound"] or "-", k["short_name"])
     console.print(t)
     shares = ", ".join(f"{b} {v:.0f}%" for b, v in doc["bound_share_pct"].items())
+    src = doc.get("throughput_source") or {}
+    if "parts" in src.values() or "mixed" in src.values():
+        shares += " (SM % and Mem %: the maximum of their parts, dnnprof's cheaper ncu metric list)"
     console.print(f"time by bound class: {shares}")
     roof = doc.get("roofline")
     if roof:
