@@ -274,6 +274,7 @@ def test_analyze_ncu_json_and_html(tmp_path: Path) -> None:
     doc = json.loads(js.read_text())
     assert doc["schema"] == "dnnprof.counters/1"
     jsonschema.validate(doc["roofline"], json.loads(SCHEMA.read_text())["properties"]["roofline"])
+    assert doc["roofline"]["throughput_source"] == {"sm": "ncu", "memory": "ncu"} == doc["throughput_source"]
     text = page.read_text()
     assert "<script" not in text and "http://" not in text and "https://" not in text
     assert "<h2>Roofline</h2>" in text and text.count("<svg") == 1

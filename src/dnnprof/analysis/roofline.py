@@ -71,6 +71,7 @@ class Roofline:
     device: str = ""
     counted_ns: float = 0.0  # GPU time of the kernels with counters (≤ total_ns)
     excluded: dict[str, int] = field(default_factory=dict)
+    throughput_source: dict[str, str] = field(default_factory=dict)  # KernelBounds.throughput_source
 
     @property
     def plotted(self) -> list[RooflineKernel]:
@@ -94,6 +95,7 @@ class Roofline:
             "device": self.device,
             "time_source": self.time_source,
             "counted_gpu_time_pct": _round(100.0 * self.counted_ns / self.total_ns, 2) if self.total_ns else None,
+            "throughput_source": dict(self.throughput_source),
             "ceilings": {"dram_bytes_per_s": _sig(c.dram_bytes_per_s), "dram_source": c.source.get("dram"),
                          "compute": compute},
             "plotted": len(self.plotted),
@@ -162,7 +164,8 @@ def kernel_roofline(bounds: B.KernelBounds, names: Sequence[str] | np.ndarray, c
             dram_bytes=g.dram_bytes, arithmetic_intensity=ai, flops_per_s=g.flops_per_s, precision=prec,
             roof_flops_per_s=roof, pct_of_roof=100.0 * g.flops_per_s / roof if roof > 0 else math.nan,
             limiting_roof=limiting, bound=g.bound, excluded=reason))
-    return Roofline(ceilings, kernels, time_source, total, device=device, counted_ns=counted, excluded=excluded)
+    return Roofline(ceilings, kernels, time_source, total, device=device, counted_ns=counted, excluded=excluded,
+                    throughput_source=dict(bounds.throughput_source))
 
 
 def metrics_roofline(metrics: Mapping[str, np.ndarray], names: Sequence[str] | np.ndarray,
