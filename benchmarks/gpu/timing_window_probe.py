@@ -186,11 +186,20 @@ def _cupti_session(which: str, state: dict[str, Any]) -> tuple[Any, Any, Any]:
         if "registered" not in state:
             cupti.activity_register_callbacks(requested, completed)
             state["registered"] = True
-        if which == "launchrt":
-            names = [n for n in dir(cupti.RuntimeApiTraceCbid) if not n.startswith("_")]
-            for n in names:
-                keep = any(w in n for w in ("LaunchKernel", "Memcpy", "Memset", "LaunchCooperative"))
-                cupti.activity_enable_runtime_api(int(getattr(cupti.RuntimeApiTraceCbid, n)), int(keep))
+        if which == "launchrt" and "filtered" not in state:
+            # Every real call id (not INVALID/SIZE/FORCE_INT); the members include name-mangled ``_Runtime…__`` ones.
+            kept = refused = 0
+            for member in cupti.RuntimeApiTraceCbid:
+                name = member.name
+                if name in ("INVALID", "SIZE", "FORCE_INT"):
+                    continue
+                keep = any(w in name for w in ("LaunchKernel", "Memcpy", "Memset", "LaunchCooperative", "Synchronize"))
+                try:
+                    cupti.activity_enable_runtime_api(int(member), int(keep))
+                    kept += keep
+                except cupti.cuptiError:  # a call id this driver does not know
+                    refused += 1
+            state["filtered"] = {"kept": kept, "refused": refused}
         for kind in kinds:
             cupti.activity_enable(kind)
 
@@ -200,6 +209,7 @@ def _cupti_session(which: str, state: dict[str, Any]) -> tuple[Any, Any, Any]:
             cupti.activity_disable(kind)
         cupti.activity_flush_all(1)
         return {"stop_s": round(time.perf_counter() - t, 3), "records": dict(counts),
+                "runtime_filter": state.get("filtered"),
                 "kernels": counts.get("CONCURRENT_KERNEL", 0), "kernels_with_time": sum(1 for d in durs if d > 0)}
 
     return start, lambda k: None, stop
