@@ -42,14 +42,7 @@ from dnnprof.ingest.ncu_csv import PERMISSION_HELP, NcuFormatError, NcuTable, nc
 from dnnprof.model.profile import Profile
 from dnnprof.model.sol_metrics import MEMORY_THROUGHPUT_PARTS, SM_THROUGHPUT_PARTS
 
-#: Metrics every capture asks for (names verified on sm_90 with Nsight Compute 2025.3). Replay passes per launch,
-#: measured on an H200 (``benchmarks/gpu/ncu_pass_counts.py``): duration, DRAM bytes, clocks, occupancy and waves
-#: 1; the SASS FLOP counters 1; the parts of the two speed-of-light throughputs (:mod:`dnnprof.model.sol_metrics`)
-#: 4, where ncu's two top-level throughputs cost 10; the tensor-core counters below 7. Every pass of a launch
-#: after the first restores all the device memory the process holds (5.6 GB for a 4-layer GPT-2 step).
-NCU_METRICS = (
-    "gpu__time_duration.sum",
-    *SM_THROUGHPUT_PARTS, *MEMORY_THROUGHPUT_PARTS,
+_COMMON_METRICS = (
     "dram__bytes.sum", "dram__bytes.sum.peak_sustained", "dram__cycles_elapsed.avg.per_second",
     "sm__cycles_elapsed.avg.per_second",
     "sm__warps_active.avg.pct_of_peak_sustained_active", "sm__maximum_warps_per_active_cycle_pct",
@@ -57,6 +50,17 @@ NCU_METRICS = (
     *(f"smsp__sass_thread_inst_executed_op_{p}{op}_pred_on.sum" for p in "dfh" for op in ("add", "mul", "fma")),
     *(f"sm__sass_thread_inst_executed_op_{p}fma_pred_on.sum.peak_sustained" for p in "dfh"),
 )
+#: What every capture asks for on sm_90 (names verified there with Nsight Compute 2025.3): the *parts* of the two
+#: speed-of-light throughputs (:mod:`dnnprof.model.sol_metrics`), whose maximum is ncu's throughput. Replay passes
+#: per launch (``benchmarks/gpu/ncu_pass_counts.py``, H100/H200): the parts 5 (4 on an H200 for 13 of them), where
+#: ncu's two top-level throughputs cost 10; duration, DRAM bytes, clocks, occupancy and waves 1; the SASS FLOP
+#: counters 1; the tensor-core counters below 7; all together 12 (17 with the top-level throughputs). Every pass of
+#: a launch after the first restores all the device memory the process holds (5.6 GB for a 4-layer GPT-2 step).
+NCU_METRICS = ("gpu__time_duration.sum", *SM_THROUGHPUT_PARTS, *MEMORY_THROUGHPUT_PARTS, *_COMMON_METRICS)
+#: Other architectures keep ncu's own two throughputs: some parts (``sm__pipe_fmaheavy…``) are not on every one,
+#: and a metric ncu does not know fails the whole pass.
+NCU_METRICS_PORTABLE = ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+                        "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", *_COMMON_METRICS)
 #: Tensor-core work and dense peaks on sm_90 (Hopper). Other architectures get the tensor roofline section.
 NCU_TENSOR_METRICS_SM90 = (
     "sm__ops_path_tensor_src_fp64.sum", "sm__ops_path_tensor_src_tf32_dst_fp32.sum",
@@ -409,7 +413,7 @@ def metrics_for(compute_capability: str | None) -> tuple[list[str], list[str]]:
     """(``--metrics`` names, ``--section`` identifiers) for a GPU's compute capability ("9.0")."""
     if compute_capability == "9.0":
         return [*NCU_METRICS, *NCU_TENSOR_METRICS_SM90], []
-    return list(NCU_METRICS), [NCU_TENSOR_SECTION]
+    return list(NCU_METRICS_PORTABLE), [NCU_TENSOR_SECTION]
 
 
 def build_ncu_command(ncu: str, target: Sequence[str], log_path: str | os.PathLike[str], *,
