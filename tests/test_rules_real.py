@@ -10,6 +10,7 @@ Evidence numbers are checked against references computed from the raw JSON.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from dnnprof.analysis.rules import findings_from_analysis, kernels, sync
 from dnnprof.analysis.summary import analyse, summary_of
 from dnnprof.ingest.kineto import read_kineto
 
+NCU_H200 = Path(__file__).parent / "data" / "ncu_gpt2_h200"
 NEVER_ON_BF16 = {"amp-not-used", "host-sync", "pageable-memcpy", "dataloader-bound", "fp64-used"}
 
 
@@ -73,6 +75,24 @@ def test_tensor_cores_unused_sees_gpt2_unpadded_vocabulary(gpt2: Any, deepspeech
     assert f["evidence"]["no_tensor_core_us"] == 0
     assert "50304" in f["recommendation"]
     assert "tensor-cores-unused" not in found(deepspeech)
+
+
+def test_tensor_cores_unused_measures_the_gain_with_counters(gpt2: Any) -> None:
+    """With Nsight Compute counters of the same GPT-2 on the same H200 (``ncu_gpt2_h200``: the LM-head GEMM
+    ``cutlass_75_…_align1`` at 94 TFLOP/s, the aligned ``nvjet`` GEMMs at 570–620), the speedup of padding is
+    measured (~6×) instead of assumed (2×), so the expected gain grows."""
+    from dnnprof.cli.counters import ncu_summary
+
+    roof = ncu_summary(NCU_H200 / "ncu_raw.csv")["roofline"]
+    plain = found(gpt2)["tensor-cores-unused"]
+    f = found(gpt2, roofline=roof)["tensor-cores-unused"]
+    ev = f["evidence"]
+    assert 550 <= ev["aligned_gemm_tflops"] <= 650
+    s = ev["unaligned_speedups"]["cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1"]
+    assert 5.5 <= s <= 7.0
+    assert "measured with Nsight Compute" in f["how_estimated"]
+    assert f["est_gain_pct"] > plain["est_gain_pct"]
+    assert "aligned_gemm_tflops" not in plain["evidence"] and "assumed" in plain["how_estimated"]
 
 
 def test_gpu_idle_fires_on_host_bound_gpt2_only(gpt2: Any, deepspeech: Any) -> None:

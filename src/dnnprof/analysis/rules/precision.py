@@ -27,6 +27,11 @@ DEFAULT_TC_SPEEDUP = 8.0
 #: Unaligned 16-bit GEMMs (``align1``/``align2``) vs aligned ones. Assumption, stated in the finding: padding
 #: GPT-2's vocabulary 50257 → 50304 made nanoGPT ~25% faster end to end (A. Karpathy, 2023).
 UNALIGNED_SPEEDUP = 2.0
+#: With Nsight Compute counters, the measured speedup (aligned GEMMs' FLOP rate over the unaligned kernel's) is
+#: used instead, capped at this.
+MAX_MEASURED_UNALIGNED_SPEEDUP = 16.0
+#: Kernels that are matrix products but not plain GEMMs (attention): their FLOP rate is no reference for a GEMM's.
+_ATTENTION = re.compile(r"sdpa|flash|fmha|attention", re.IGNORECASE)
 #: Non-GEMM fp64 kernels are assumed memory-bound: fp32 halves their bytes.
 FP64_ELEMENTWISE_SPEEDUP = 2.0
 TOP_N = 5
@@ -157,6 +162,35 @@ def amp_not_used(ctx: Context) -> Finding | None:
     )
 
 
+def _measured_unaligned(ctx: Context, unaligned: list[KernelRow]) -> tuple[dict[str, float], float | None, str]:
+    """Measured speedups for unaligned tensor-core kernels, from the Nsight Compute counters of the run: the
+    time-weighted FLOP rate of the *aligned* tensor-core GEMMs of the same precision (plain GEMMs, not attention)
+    over each unaligned kernel's own rate. ({short name: speedup}, the aligned rate, words) — empty without
+    counters or without an aligned GEMM to compare with."""
+    roof = ctx.doc.get("roofline") if isinstance(ctx.doc.get("roofline"), dict) else None
+    measured = [k for k in (roof or {}).get("kernels", []) if isinstance(k, dict)
+                and (k.get("achieved_flops_per_s") or 0) > 0 and k.get("total_us")]
+    if not measured or not unaligned:
+        return {}, None, ""
+    by_short = {k.get("short_name", ""): k for k in measured}
+    precs = {f"tensor_{_precision(r)}" for r in unaligned}
+    ref = [k for k in measured if k.get("dominant_precision") in precs and k.get("short_name") not in
+           {r.short_name for r in unaligned} and _MMA.search(k.get("name", "")) and not _NOT_MMA.search(k.get("name", ""))
+           and not _ATTENTION.search(k.get("name", "")) and not _UNALIGNED_16BIT.search(k.get("name", ""))]
+    t_ref = sum(float(k["total_us"]) for k in ref)
+    if not ref or t_ref <= 0:
+        return {}, None, ""
+    rate = sum(float(k["achieved_flops_per_s"]) * float(k["total_us"]) for k in ref) / t_ref
+    out = {}
+    for r in unaligned:
+        k = by_short.get(r.short_name)
+        if k is not None:
+            out[r.short_name] = min(max(rate / float(k["achieved_flops_per_s"]), 1.0), MAX_MEASURED_UNALIGNED_SPEEDUP)
+    words = (f"measured with Nsight Compute: the {len(ref)} aligned tensor-core GEMMs of this run reach "
+             f"{rate / 1e12:.0f} TFLOP/s (time-weighted)")
+    return out, rate, words
+
+
 @rule("tensor-cores-unused", group="precision")
 def tensor_cores_unused(ctx: Context) -> Finding | None:
     """Half-precision matrix work that misses the fast tensor-core path.
@@ -179,8 +213,20 @@ def tensor_cores_unused(ctx: Context) -> Finding | None:
     s_no, src = _speedup(ctx, "bf16", "fp32")
     s_no /= 2.0  # non-tensor half math runs at 2x the fp32 rate (packed HFMA2)
     s_no = max(s_no, 1.0)
-    gain = _gain_ns(ctx, no_tc, s_no) + _gain_ns(ctx, unaligned, UNALIGNED_SPEEDUP)
+    speedups, aligned_rate, measured_words = _measured_unaligned(ctx, unaligned)
+    gain = _gain_ns(ctx, no_tc, s_no) + sum(
+        _gain_ns(ctx, [r], speedups.get(r.short_name, UNALIGNED_SPEEDUP)) for r in unaligned)
     share = pct(t_no + t_un, ctx.kernel_ns)
+    if speedups:
+        lo, hi = min(speedups.values()), max(speedups.values())
+        span = f"{lo:.1f}" if round(lo, 1) == round(hi, 1) else f"{lo:.1f}–{hi:.1f}"
+        how_unaligned = (f"Unaligned tensor-core kernels: time × (1 − 1/s), s = {span}, the aligned GEMMs' "
+                         f"FLOP rate over each unaligned kernel's ({measured_words}; capped at "
+                         f"{MAX_MEASURED_UNALIGNED_SPEEDUP:g}×; {UNALIGNED_SPEEDUP:g}× assumed for any without "
+                         "counters)")
+    else:
+        how_unaligned = (f"Unaligned tensor-core kernels: time × (1 − 1/{UNALIGNED_SPEEDUP:g}) (assumed; padding "
+                         "GPT-2's vocabulary to a multiple of 64 gave nanoGPT ~25% end to end)")
     parts = []
     if no_tc:
         parts.append(f"{len(no_tc)} fp16/bf16 kernels without tensor cores ({ms_text(t_no)})")
@@ -193,12 +239,14 @@ def tensor_cores_unused(ctx: Context) -> Finding | None:
         recommendation=("Make GEMM/conv dimensions multiples of 8 (better 64): pad the vocabulary (50257 → 50304), "
                         "hidden/FFN sizes and channel counts, and keep batch × sequence length a multiple of 8."),
         est_gain_pct=pct(gain, ctx.window_ns),
-        how_estimated=(f"Unaligned tensor-core kernels: time × (1 − 1/{UNALIGNED_SPEEDUP:g}) (assumed; padding "
-                       "GPT-2's vocabulary to a multiple of 64 gave nanoGPT ~25% end to end); kernels without tensor "
+        how_estimated=(f"{how_unaligned}; kernels without tensor "
                        f"cores: time × (1 − 1/{s_no:.1f}), the bf16 tensor-core peak over the packed-half FMA rate "
                        f"(2× fp32; {src})."),
         evidence={"no_tensor_core_us": us(t_no), "unaligned_us": us(t_un), "pct_of_kernel_time": round(share, 2),
-                  "pct_of_step": round(pct(t_no + t_un, ctx.window_ns), 2)},
+                  "pct_of_step": round(pct(t_no + t_un, ctx.window_ns), 2),
+                  **({"aligned_gemm_tflops": round(aligned_rate / 1e12, 1),
+                      "unaligned_speedups": {k: round(v, 2) for k, v in sorted(speedups.items())}}
+                     if speedups and aligned_rate else {})},
         top=_offenders(ctx, no_tc + unaligned),
     )
 
