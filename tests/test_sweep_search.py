@@ -298,6 +298,9 @@ def test_the_allocator_state_is_read_from_real_messages() -> None:
     assert fails and all(allocator_state(p["message"])[0] for p in fails)
     assert allocator_state(fails[0]["message"]) == (int(335.75 * MiB), int(78.25 * MiB))
     assert allocator_state(CPU_OOM) == (None, None) and allocator_state("") == (None, None)
+    graphs = ("Of the allocated memory 60.00 GiB is allocated by PyTorch, with 2.00 GiB allocated in private pools "
+              "(e.g., CUDA Graphs), and 1,536.00 MiB is reserved by PyTorch but unallocated.")
+    assert allocator_state(graphs) == (62 * GiB, 1536 * MiB)
     o = observation(fails[0])
     assert o.demand_bytes == int(335.75 * MiB) + 118 * MiB + int(78.25 * MiB) and o.held_bytes == 0
 

@@ -43,9 +43,10 @@ _UNIT = {"bytes": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "ti
          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _SIZE = r"([0-9][0-9.,]*)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b"
 #: PyTorch's CUDA caching allocator, when it fails: "Of the allocated memory 335.75 MiB is allocated by PyTorch, and
-#: 78.25 MiB is reserved by PyTorch but unallocated."
-_HELD = re.compile(_SIZE + r"\s+is allocated by PyTorch,\s*and\s+" + _SIZE + r"\s+is reserved by PyTorch but unallocated",
-                   re.IGNORECASE)
+#: 78.25 MiB is reserved by PyTorch but unallocated." With CUDA graphs' private pools in use it inserts "with 1.00
+#: GiB allocated in private pools (e.g., CUDA Graphs), " before "and".
+_HELD = re.compile(_SIZE + r"\s+is allocated by PyTorch,\s*(?:with\s+" + _SIZE + r"\s+allocated in private pools"
+                   r"(?:\s*\([^)]*\))?,\s*)?and\s+" + _SIZE + r"\s+is reserved by PyTorch but unallocated", re.IGNORECASE)
 _CUDA_ERROR = re.compile(r"CUDA error|CUDNN_STATUS_|CUBLAS_STATUS_|cudaError|illegal memory access|device-side assert")
 #: Lines that are noise at the end of a traceback, never the message.
 _NOISE = re.compile(r"^(\s*$|Traceback|\s+File |\s+\^+|\s{4}|During handling|The above exception|"
@@ -150,7 +151,9 @@ def allocator_state(text: str) -> tuple[int | None, int | None]:
     m = _HELD.search(text or "")
     if not m:
         return None, None
-    return _bytes(m.group(1), m.group(2)), _bytes(m.group(3), m.group(4))
+    allocated = _bytes(m.group(1), m.group(2))
+    private = _bytes(m.group(3), m.group(4)) if m.group(3) else 0  # CUDA graphs' pools: in use too
+    return (None if allocated is None or private is None else allocated + private), _bytes(m.group(5), m.group(6))
 
 
 def first_line(text: str, limit: int = 400) -> str:
