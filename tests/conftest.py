@@ -20,6 +20,29 @@ def load_raw(path: Path) -> dict[str, Any]:
     return json.loads(gzip.open(path).read())
 
 
+def step_kernels_profile(path: Path, step: int) -> Any:
+    """A profile with only a kernels table: one recorded step's launches as ``benchmarks/gpu/ncu_gpt2_counters.py``
+    writes them (``columns``/``rows``/``names``; ``.json`` or ``.json.gz``), all in ``step`` of rank 0."""
+    import numpy as np
+
+    from dnnprof.model.profile import Profile
+    from dnnprof.model.schema import empty_table
+
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+    rows = np.asarray(doc["rows"], dtype=np.int64)
+    p = Profile()
+    ids = np.asarray([p.intern(n) for n in doc["names"]], dtype=np.int32)
+    t = empty_table("kernels", len(rows))
+    for j, col in enumerate(doc["columns"]):
+        t[col if col != "name" else "name_id"] = ids[rows[:, j]] if col == "name" else rows[:, j].astype(t[col].dtype)
+    order = np.argsort(t["start_ns"], kind="stable")
+    p.tables["kernels"] = {c: v[order] for c, v in t.items()}
+    p.tables["kernels"]["step"][:] = step
+    p.tables["kernels"]["rank"][:] = 0
+    return p
+
+
 def _cuda_available() -> bool:
     try:
         import torch

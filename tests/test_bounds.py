@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import step_kernels_profile
 from dnnprof.analysis import bounds as B
 from dnnprof.analysis.counters_join import (
     join_counters,
@@ -20,7 +21,6 @@ from dnnprof.analysis.counters_join import (
 from dnnprof.ingest.ncu_csv import read_ncu_csv
 from dnnprof.model.gpu_specs import lookup_gpu
 from dnnprof.model.profile import Profile
-from dnnprof.model.schema import empty_table
 
 DATA = Path(__file__).parent / "data" / "ncu_gpt2_h200"
 NAN = np.nan
@@ -187,20 +187,7 @@ def test_aggregate_bounds_is_time_weighted() -> None:
 # --- the join --------------------------------------------------------------------------------------------------
 def _kineto_step() -> Profile:
     """The real GPT-2 124M training step (H200, Kineto) as a profile with only a kernels table."""
-    doc = json.loads((DATA / "kineto_step4_kernels.json").read_text())
-    rows = np.asarray(doc["rows"], dtype=np.int64)
-    p = Profile()
-    ids = np.asarray([p.intern(n) for n in doc["names"]], dtype=np.int32)
-    t = empty_table("kernels", len(rows))
-    for j, col in enumerate(doc["columns"]):
-        if col == "name":
-            t["name_id"] = ids[rows[:, j]]
-        else:
-            t[col] = rows[:, j].astype(t[col].dtype)
-    order = np.argsort(t["start_ns"], kind="stable")
-    p.tables["kernels"] = {c: v[order] for c, v in t.items()}
-    p.tables["kernels"]["step"][:] = 4
-    p.tables["kernels"]["rank"][:] = 0
+    p = step_kernels_profile(DATA / "kineto_step4_kernels.json", 4)
     p.tables["kernels"]["device"][:] = 0
     return p
 

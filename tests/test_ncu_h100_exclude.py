@@ -3,19 +3,15 @@ kernel and launch configuration, every metric; joined back onto the Kineto launc
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from pathlib import Path
 
-import numpy as np
-
+from conftest import step_kernels_profile
 from dnnprof.analysis.bounds import compute_bounds
 from dnnprof.analysis.counters_join import join_counters
 from dnnprof.collect import ncu as N
 from dnnprof.ingest.ncu_csv import read_ncu
 from dnnprof.model.profile import Profile
-from dnnprof.model.schema import empty_table
 
 DATA = Path(__file__).parent / "data" / "ncu_gpt2_h100_exclude"
 STEP = 3
@@ -23,18 +19,7 @@ STEP = 3
 
 def _profile() -> Profile:
     """The step's launches as Kineto recorded them (columns/rows/names, as the benchmark writes them)."""
-    doc = json.loads(gzip.decompress((DATA / "kernels_step3.json.gz").read_bytes()))
-    rows = np.asarray(doc["rows"], dtype=np.int64)
-    p = Profile()
-    ids = np.asarray([p.intern(n) for n in doc["names"]], dtype=np.int32)
-    t = empty_table("kernels", len(rows))
-    for j, col in enumerate(doc["columns"]):
-        t[col if col != "name" else "name_id"] = ids[rows[:, j]] if col == "name" else rows[:, j].astype(t[col].dtype)
-    order = np.argsort(t["start_ns"], kind="stable")
-    p.tables["kernels"] = {c: v[order] for c, v in t.items()}
-    p.tables["kernels"]["step"][:] = STEP
-    p.tables["kernels"]["rank"][:] = 0
-    return p
+    return step_kernels_profile(DATA / "kernels_step3.json.gz", STEP)
 
 
 def test_cuBLAS_and_cuDNN_kernels_get_counters() -> None:

@@ -3,7 +3,6 @@ the SVG chart and the HTML reports."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import os
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import step_kernels_profile
 from dnnprof.analysis import bounds as B
 from dnnprof.analysis.counters_join import join_counters
 from dnnprof.analysis.roofline import kernel_roofline, metrics_roofline, profile_roofline
@@ -23,7 +23,6 @@ from dnnprof.ingest.ncu_csv import read_ncu
 from dnnprof.model.device import DeviceInfo
 from dnnprof.model.gpu_specs import lookup_gpu
 from dnnprof.model.profile import Profile
-from dnnprof.model.schema import empty_table
 from dnnprof.render.roofline_svg import roofline_svg
 
 DATA = Path(__file__).parent / "data"
@@ -167,17 +166,7 @@ def test_details_page_without_flop_counters() -> None:
 # --- a profile with counters ----------------------------------------------------------------------------------
 def _profile_with_counters() -> Profile:
     """The H100 step as Kineto saw it, with the selective ncu pass joined onto it."""
-    doc = json.loads(gzip.decompress((H100_EXCLUDE / "kernels_step3.json.gz").read_bytes()))
-    rows = np.asarray(doc["rows"], dtype=np.int64)
-    p = Profile()
-    ids = np.asarray([p.intern(n) for n in doc["names"]], dtype=np.int32)
-    t = empty_table("kernels", len(rows))
-    for j, col in enumerate(doc["columns"]):
-        t[col if col != "name" else "name_id"] = ids[rows[:, j]] if col == "name" else rows[:, j].astype(t[col].dtype)
-    order = np.argsort(t["start_ns"], kind="stable")
-    p.tables["kernels"] = {c: v[order] for c, v in t.items()}
-    p.tables["kernels"]["step"][:] = 3
-    p.tables["kernels"]["rank"][:] = 0
+    p = step_kernels_profile(H100_EXCLUDE / "kernels_step3.json.gz", 3)
     p.devices = [DeviceInfo(id=0, name="NVIDIA H100 80GB HBM3", compute_major=9, compute_minor=0, sm_count=132)]
     join_counters(p, read_ncu(H100_EXCLUDE / "ncu_sel_first-per-config.csv.gz"), steps=[3])
     return p
