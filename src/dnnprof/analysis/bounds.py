@@ -189,10 +189,7 @@ def _throughput(metrics: Mapping[str, np.ndarray], name: str, parts: Sequence[st
     have = [_get(metrics, p, n) for p in parts if p in metrics]
     if not have:
         return top, "ncu" if name in metrics else "none"
-    stack = np.vstack(have)
-    with np.errstate(invalid="ignore"):
-        from_parts = np.where(np.isfinite(stack).any(axis=0), np.nanmax(np.where(np.isfinite(stack), stack, -np.inf),
-                                                                         axis=0), np.nan)
+    from_parts = np.fmax.reduce(np.vstack(have), axis=0)  # NaN only where every part is NaN
     out = np.where(np.isfinite(top), top, from_parts)
     used_top, used_parts = np.isfinite(top).any(), (~np.isfinite(top) & np.isfinite(from_parts)).any()
     return out, "mixed" if used_top and used_parts else "parts" if used_parts else "ncu" if used_top else "none"
