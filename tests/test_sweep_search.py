@@ -220,8 +220,8 @@ def demand_world(precision: str, held_wobble: float = 0.0):
     return trial, edge
 
 
-def run_world(trial) -> BatchSearch:
-    s = BatchSearch()
+def run_world(trial, s: BatchSearch | None = None) -> BatchSearch:
+    s = s or BatchSearch()
     while (b := s.propose()) is not None:
         s.observe(trial(b))
         assert s.trials < 60
@@ -251,6 +251,7 @@ def test_an_allocator_that_holds_more_or_less_still_converges(precision: str, wo
 SWEEPS = Path(__file__).parent / "data" / "sweep"
 TINY = json.loads((SWEEPS / "deepspeech2_tiny_512mib_h100.json").read_text())
 STUDY = json.loads((SWEEPS / "deepspeech2_h100_study_train.json").read_text())
+STUDY_INFER = json.loads((SWEEPS / "deepspeech2_h100_study_infer.json").read_text())
 
 
 def recorded_world(points: list[dict], precision: str, mode: str = "train"):
@@ -305,12 +306,12 @@ def test_the_allocator_state_is_read_from_real_messages() -> None:
     assert o.demand_bytes == int(335.75 * MiB) + 118 * MiB + int(78.25 * MiB) and o.held_bytes == 0
 
 
-@pytest.mark.parametrize(("precision", "most"), [("fp32", 13), ("bf16", 18)])
+@pytest.mark.parametrize(("precision", "most"), [("fp32", 13), ("bf16", 16)])
 def test_a_small_lumpy_limit_is_pinned_to_plus_minus_one(precision: str, most: int) -> None:
     """On the H100 this search took 23 (fp32) and 24 (bf16) trials: the peak allocated of a failing trial came from
     an earlier step, so in-use + request overstated the demand and the second failure sent the prediction 100
-    batches low. With the allocator's own state at the failure it takes 13 and 18 (the promise is 12 and 13:
-    allocator rounding is a large share of a 512 MiB limit)."""
+    batches low. With the allocator's own state at the failure it takes 13 and 18, and 13 and 16 where a fit's own
+    peak is a demand point (the promise is 12 and 13: allocator rounding is a large share of a 512 MiB limit)."""
     trial, edge = recorded_world(TINY["points"], precision)
     s = run_world(trial)
     assert s.lo in (edge - 1, edge) and s.hi - s.lo <= 2, [o.batch_size for o in s.observations]
@@ -325,6 +326,63 @@ def test_the_study_training_series_keep_the_promise(precision: str) -> None:
     s = run_world(trial)
     assert s.lo in (edge - 1, edge) and s.hi - s.lo <= 2, [o.batch_size for o in s.observations]
     assert s.trials <= trial_bound(edge), [o.batch_size for o in s.observations]
+
+
+@pytest.mark.parametrize(("precision", "most"), [("fp32", 17), ("amp-fp16", 29), ("bf16", 26)])
+def test_the_study_inference_series_are_pinned_to_plus_minus_one(precision: str, most: int) -> None:
+    """On the H100 these series took 21, 22 and 22 trials (promise 15, 16, 17); fp32 and amp-fp16 stopped unpinned.
+    Replayed, all three are pinned to ±1, but not within the promise, and no model of what the search saw can be:
+
+    * fp32 (edge 2828): the failure at 4096 comes at trial 13 and leaves two trials, so the first prediction must
+      be right to 0.04 %. The demand model says 2832 (and 2831 once that fails), the fits' peak reserved reaches the
+      capacity at about 2828: they agree to 0.15 %, but the H100 tried nothing between 2829 and 2891, and the replay
+      fails them all.
+    * amp-fp16 (edge 4777): the H100's trials ran out at 4777 (peak reserved 53 of 84 GB) with nothing tried
+      between 4778 and 8191; the replay fails them with the sizes of the failure at 8192 scaled down, sizes that
+      do not explain a failure, so below the first prediction (5570) only galloping and halving are left.
+    * bf16 (edge 8770): the edge is cuBLAS failing to create its handle (no sizes). The one sized failure (9828)
+      came early in the step (13.9 GiB allocated, a 58 GiB request); its demand, 84.6 GB, is what the fits' peak
+      reserved reaches by batch ~8800, so the model starts 12 % high and halving does the rest.
+    """
+    trial, edge = recorded_world(STUDY_INFER["points"], precision, "infer")
+    s = run_world(trial)
+    assert s.lo in (edge - 1, edge) and s.hi - s.lo <= 2, [o.batch_size for o in s.observations]
+    assert s.trials <= most, [o.batch_size for o in s.observations]
+
+
+def test_a_fitting_prediction_brackets_the_edge_with_its_own_peak() -> None:
+    """On the H100 the search of that day predicted 2764 from the failure at 4096 (fp32 inference). It fitted, with
+    82.4 of 84.3 GB reserved, and the search galloped up 2766, 2768, 2772, ... 2828, 2892 until its trials ran out
+    (21, unpinned). From the same 14 trials the fit's peak and the failure's demand bracket the edge: regula falsi
+    between them names 2828, the largest batch the H100 ran, and one more trial pins it to ±1 (16 trials; the
+    demand model alone, which ignores the fit, takes 19)."""
+    points = [p for p in STUDY_INFER["points"] if p["precision"] == "fp32" and p["mode"] == "infer"]
+    trial, edge = recorded_world(points, "fp32", "infer")
+    s = BatchSearch()
+    for rec in points[:points.index(next(p for p in points if p["batch_size"] == 2764)) + 1]:
+        s.observe(observation(rec))
+    assert s.trials == 14 and s.lo == 2764 and s.propose() == edge == 2828
+    s = run_world(trial, s)
+    assert s.lo == edge and s.hi - s.lo <= 2 and s.trials == 16, [o.batch_size for o in s.observations]
+
+
+def test_a_fit_is_a_demand_point_only_on_the_demand_line() -> None:
+    """Regula falsi uses a fit's peak only where it agrees with the failures' demand line; a fit far below it did
+    not reach the phase that fails (a large allocation made late in the step) and says nothing about the edge."""
+    cap = 80 * GiB
+
+    def after_a_fit_at_800(used_bytes: int) -> BatchSearch:
+        s = BatchSearch()
+        for b in (256, 512):
+            s.observe(Observation(b, "ok", GiB + b * 70 * MiB, cap, None))
+        s.observe(Observation(1024, "oom", 60 * GiB, cap, "gpu_memory", requested_bytes=30 * GiB,
+                              allocated_at_failure_bytes=60 * GiB, unallocated_at_failure_bytes=10 * GiB))
+        s.observe(Observation(800, "ok", used_bytes, cap, None))
+        return s
+
+    on_line = after_a_fit_at_800(GiB + 800 * 99 * GiB // 1024)  # the line from 1 GiB at 0 to 100 GiB at 1024
+    assert on_line.falsi_edge() == on_line.propose() == 817  # where the line meets the capacity
+    assert after_a_fit_at_800(60 * GiB).falsi_edge() is None
 
 
 def test_a_failure_its_sizes_do_not_explain_still_bounds_the_edge() -> None:

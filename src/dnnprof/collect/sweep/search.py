@@ -22,11 +22,45 @@ trial's peak allocated is not used then: a batch can fail in a later phase than 
 peak + request counts two moments as one. Under a 512 MiB limit on an H100 (DeepSpeech2-tiny) that sent the
 prediction 100 batches low and the search to 23 trials; with the state at the failure it takes 13.
 
-Every prediction is checked by a trial. A prediction a trial contradicts is refitted once (a failure adds a demand
-point); a second miss, or a fit above the predicted edge, switches to a gallop away from the last guess (steps
-2, 8, 32 …) until a trial crosses the edge; a failure that does so is a demand point nearer the edge and is used
-for one more prediction, then plain bisection, so the search never does much worse than bisection. A failure that says
-nothing about memory (an error, a timeout, an OOM without sizes) bisects.
+Every prediction is checked by a trial. A failure at or below the predicted edge adds a demand point and is
+refitted once; a second miss switches to a gallop down from the last guess (steps 2, 8, 32 …) until a trial
+crosses the edge; a failure that does so is a demand point nearer the edge and is used for one more prediction,
+then plain bisection. A failure that says nothing about memory (an error, a timeout, an OOM without sizes) bisects.
+
+A trial that fits is a demand point too, on the other side of the edge: its peak reserved is what the batch
+needed, on the same scale as a failure's allocated + request + reserved-but-unallocated (``need_bytes``). When that
+peak lies on the failures' demand line (within ``SAME_CURVE_FRACTION`` of the capacity) and the nearest failure
+above it is one its sizes explain, the next trial is where the straight line between the two meets the capacity:
+regula falsi, with the Illinois rule (an end kept twice in a row counts half as far from the capacity) so that a
+bent curve does not make it creep. A fit far off the line did not reach the phase that fails (a large allocation
+made late in the step): the search then gallops up from it, as it does when a fit contradicts a guess. Once the
+promised trials are spent it bisects, from a gap of 3 or 4 at once (one midpoint then gives the promised ±1, which
+no guess beats), so it never does much worse than bisection.
+
+Replays of the real H100 records (``recorded_world`` in tests/test_sweep_search.py: the largest batch the H100 ran
+is the edge, unrun batches take their neighbours' numbers), in trials, without and with the fit as a demand point:
+
+    ===================  =======  ========  ======================  =============
+    series               promise  H100 ran  demand model + gallop  regula falsi
+    ===================  =======  ========  ======================  =============
+    train fp32           13       13        13                      13
+    train amp-fp16       14       15        14                      14
+    train bf16           14       20        14                      14
+    infer fp32           15       21        17                      17
+    infer amp-fp16       16       22        29                      29
+    infer bf16           17       22        26                      26
+    tiny fp32, 512 MiB   12       23        13                      13
+    tiny bf16, 512 MiB   13       24        18                      16
+    ===================  =======  ========  ======================  =============
+
+The inference series stay over the promise in the replay. fp32 and amp-fp16 end where the H100's own search
+stopped (nothing run between 2829 and 2891; out of trials at 4777, the only failure at 8192), so the replay's
+failures right above them are extrapolated from farther ones, and no model names them within the two trials the
+promise leaves (fp32: the models agree to 0.15 %, the promise needs 0.04 %). bf16's edge is cuBLAS failing to
+allocate its handle (8772, no sizes), and the one sized failure (9828) came early in its step, so the demand model
+starts 12 % high. Where the H100's own search had a fitting prediction (fp32 inference: 2764 after the failure at
+4096), regula falsi from that fit names 2828 next and pins it at 16 trials, where the H100 galloped on to 21 and
+the demand model alone takes 19.
 """
 
 from __future__ import annotations
@@ -51,6 +85,8 @@ GALLOP_FIRST_STEP_DIVISOR = 512
 #: Once the promised trials are spent, the search stops when the edge is known to ±1; after this many more trials
 #: it only bisects (at most log2 of the bracket more).
 EXTRA_TRIALS = 6
+#: A fit's peak is a point on the demand line when it lies within this share of the capacity of it.
+SAME_CURVE_FRACTION = 0.03
 FAIL_STATUSES = ("oom", "error", "timeout")
 
 
@@ -106,6 +142,16 @@ class Observation:
         return max(0, (self.reserved_bytes or 0) - (self.used_bytes or 0))
 
     @property
+    def need_bytes(self) -> int | None:
+        """What the trial needed, on one scale with the whole capacity: for a fit its peak reserved (what the
+        caching allocator held, its fragmentation included), or its peak use where there is no allocator; for an
+        out-of-memory :attr:`demand_bytes` plus :attr:`held_bytes`. None when the trial does not say."""
+        if self.fits:
+            return self.reserved_bytes if self.reserved_bytes is not None else self.used_bytes
+        demand = self.demand_bytes
+        return None if demand is None else demand + self.held_bytes
+
+    @property
     def fits(self) -> bool:
         return self.status == "ok"
 
@@ -131,6 +177,7 @@ class BatchSearch:
     _mode: str = "double"
     _step: int = 2
     _misses: int = 0
+    _streak: int = 0
     _pending: tuple[str, int | None] = ("double", None)
     _stopped: str | None = None
 
@@ -206,22 +253,18 @@ class BatchSearch:
             return None
         return math.floor((cap - line[0]) / line[1])
 
-    def predicted_edge(self) -> int | None:
-        """The largest batch the out-of-memory demand model says fits, or None (see the module docstring)."""
+    def _demand_line(self) -> tuple[Observation, float] | None:
+        """The failure the demand model extrapolates from and the demand's slope (bytes per batch), or None."""
         lo, cap = self.lo, self._capacity()
         fails = sorted((o for o in self.observations if o.demand_bytes is not None and o.batch_size > lo),
                        key=lambda o: o.batch_size)
-        if cap is None or not fails:
-            return None
-        # The smallest failure whose sizes explain it (demand above the usable capacity) is extrapolated from. A
-        # failure whose sizes do not (allocator rounding at the very edge) still bounds the edge from above.
-        i = next((i for i, o in enumerate(fails) if float(o.demand_bytes) > cap - o.held_bytes), None)  # type: ignore[arg-type]
-        if i is None:
+        # The smallest failure whose sizes explain it (demand above the usable capacity) is extrapolated from.
+        f = next((o for o in fails if self._explained(o)), None)
+        if f is None or cap is None:
             return None  # no failure's sizes explain it: nothing to extrapolate from
-        f, below = fails[i], fails[0].batch_size - 1
         demand = float(f.demand_bytes)  # type: ignore[arg-type]
-        usable = cap - f.held_bytes
-        g = next((o for o in fails[i + 1:] if o.demand_bytes - demand >= SLOPE_SPREAD_FRACTION * cap), None)  # type: ignore[operator]
+        g = next((o for o in fails if o.batch_size > f.batch_size
+                  and o.demand_bytes - demand >= SLOPE_SPREAD_FRACTION * cap), None)  # type: ignore[operator]
         if g is not None:
             slope = (g.demand_bytes - demand) / (g.batch_size - f.batch_size)  # type: ignore[operator]
         else:
@@ -230,9 +273,42 @@ class BatchSearch:
                 (o.used_bytes for o in self.observations if o.fits and o.used_bytes is not None), default=0)
             fixed = min(max(fixed, 0.0), demand)
             slope = (demand - fixed) / f.batch_size
-        if slope <= 0:
+        return (f, slope) if slope > 0 else None
+
+    def predicted_edge(self) -> int | None:
+        """The largest batch the out-of-memory demand model says fits, or None (see the module docstring)."""
+        model, cap = self._demand_line(), self._capacity()
+        if model is None or cap is None:
             return None
-        return min(math.floor(f.batch_size - (demand - usable) / slope), below)
+        f, slope = model
+        # A failure whose sizes do not explain it (allocator rounding at the very edge) still bounds the edge.
+        below = min(o.batch_size for o in self.observations if o.demand_bytes is not None and o.batch_size > self.lo)
+        return min(math.floor(f.batch_size - (f.need_bytes - cap) / slope), below - 1)  # type: ignore[operator]
+
+    def falsi_edge(self) -> int | None:
+        """Regula falsi: the batch where the straight line between the largest fit's and the nearest failure's
+        :attr:`Observation.need_bytes` meets the capacity (``lo`` when the fit left no room, at most ``hi - 1``).
+        None when an end does not say, when the failure at ``hi`` is not one its sizes explain, or when the fit's
+        peak is off the demand model's line.
+        """
+        lo, cap, model = self.lo, self._capacity(), self._demand_line()
+        fit = next((o for o in self.observations if o.fits and o.batch_size == lo), None)
+        if cap is None or model is None or fit is None or fit.need_bytes is None:
+            return None
+        fail, slope = model  # the nearest failure whose sizes explain it
+        fail_need = float(fail.need_bytes)  # type: ignore[arg-type]
+        if fail.batch_size != self.hi:
+            return None  # a failure below it says only that the edge is lower, not where
+        on_line = fail_need - slope * (fail.batch_size - lo)
+        if abs(fit.need_bytes - on_line) > SAME_CURVE_FRACTION * cap:
+            return None  # the fit's peak missed the phase that fails: it is no point on the demand line
+        if fit.need_bytes >= cap:
+            return lo
+        # Illinois: an end kept for a second trial in a row counts half as far from the capacity, and so on, so
+        # that a bent curve does not make every step land on the same side.
+        room = (cap - fit.need_bytes) * 0.5 ** max(0, -self._streak - 1)
+        excess = (fail_need - cap) * 0.5 ** max(0, self._streak - 1)
+        return min(lo + math.floor((fail.batch_size - lo) * room / (room + excess)), fail.batch_size - 1)
 
     # --- the search ---------------------------------------------------------------------------------------
     def propose(self) -> int | None:
@@ -250,8 +326,10 @@ class BatchSearch:
         if self.bounded and hi is not None and self.trials >= trial_bound(lo):
             if hi - lo <= 2:
                 return None  # the promised trials are spent and the edge is known to ±1: `exact` says if it was
-            if self.trials >= trial_bound(lo) + EXTRA_TRIALS:
-                self._mode = "bisect"  # predictions and gallops have had their chance: halve to ±1
+            if hi - lo <= 4 or self.trials >= trial_bound(lo) + EXTRA_TRIALS:
+                # Predictions and gallops have had their chance: halve to ±1 (from a gap of 3 or 4 the midpoint
+                # ends it whatever it says, which no guess beats).
+                self._mode = "bisect"
         if hi is None:
             return self._propose_up(lo)
         if hi - lo <= 1:
@@ -281,6 +359,11 @@ class BatchSearch:
         if self._mode == "gallop_down" and hi - self._step > lo:
             self._pending = ("gallop_down", None)
             return hi - self._step
+        if self._mode == "falsi":
+            pred = self.falsi_edge()
+            if pred is not None:
+                self._pending = ("falsi", pred)
+                return pred if pred > lo else self._past_lo(lo, hi)
         if self._mode in ("double", "guided") and self._misses < MAX_GUIDED_MISSES:
             pred = self.predicted_edge() if self._memory_bound() else None
             if pred is None and self._memory_bound():
@@ -288,19 +371,25 @@ class BatchSearch:
                 pred = line_pred if line_pred is not None and lo < line_pred < hi else None
             if pred is not None and pred < hi:
                 self._pending = ("guided", pred)
-                if pred > lo:
-                    return pred
-                # The model says lo is the edge: lo + 1 failing pins it; with one promised trial left, lo + 2
-                # failing is enough for the promised ±1 and also holds if the model is one short.
-                last = self.bounded and self.trials + 1 >= trial_bound(lo)
-                return min(lo + 2, hi - 1) if last else lo + 1
+                return pred if pred > lo else self._past_lo(lo, hi)
         self._pending = ("bisect", None)
         return (lo + hi) // 2  # never tried before: a tried batch between lo and hi would have moved lo or hi
+
+    def _past_lo(self, lo: int, hi: int) -> int:
+        """The model says lo is the edge: lo + 1 failing pins it; with one promised trial left, lo + 2 failing is
+        enough for the promised ±1 and also holds if the model is one short."""
+        last = self.bounded and self.trials + 1 >= trial_bound(lo)
+        return min(lo + 2, hi - 1) if last else lo + 1
 
     def _first_step(self) -> int:
         """A gallop's first step: 2, or a small share of the batch for large batches (a prediction off by 1 %
         at batch 5000 is 50 batches away)."""
         return max(2, self.lo // GALLOP_FIRST_STEP_DIVISOR)
+
+    def _explained(self, obs: Observation) -> bool:
+        """A failure whose sizes say it needed more than the capacity."""
+        cap = self._capacity()
+        return cap is not None and obs.need_bytes is not None and obs.need_bytes > cap
 
     def _memory_bound(self) -> bool:
         hi = self.hi
@@ -312,10 +401,12 @@ class BatchSearch:
     def observe(self, obs: Observation) -> None:
         """Record a trial and pick how the next one is chosen.
 
-        A prediction the trial contradicts (a fit above the predicted edge, a failure at or below it) counts as a
-        miss. A failure is refitted (it is a new demand point) until ``MAX_GUIDED_MISSES``; then, or at once when a
-        trial fitted above the prediction, the search gallops away from the guess in steps of 2, 8, 32 … and, once a
-        gallop step overshoots, bisects. A prediction that is off by e costs about 2·log2(e) extra trials.
+        A fit whose peak lies on the demand line, below a failure its sizes explain, brackets the edge with it: the
+        next trial is the regula falsi guess (:meth:`falsi_edge`), and a failure its sizes explain moves the other
+        end. Otherwise a prediction the trial contradicts (a fit above the predicted edge, a failure at or below it)
+        counts as a miss. A failure is refitted (it is a new demand point) until ``MAX_GUIDED_MISSES``; then, or at
+        once when a trial fitted above the prediction, the search gallops away from the guess in steps of 2, 8, 32 …
+        and, once a gallop step overshoots, bisects. A prediction that is off by e costs about 2·log2(e) extra trials.
         """
         mode, pred = self._pending
         self._pending = ("double", None)
@@ -328,7 +419,17 @@ class BatchSearch:
             # The first failure brings the demand model: whatever the line did while doubling, trust it afresh.
             self._mode, self._misses = "double", 0
             return
-        if mode == "guided" and pred is not None:
+        # A fit above a regula falsi guess (lo + 1 where it named lo) contradicts it: gallop up, do not creep.
+        falsi_missed = mode == "falsi" and obs.fits and obs.batch_size > (pred or 0)
+        if obs.fits and not falsi_missed and self.falsi_edge() is not None:
+            # Its own peak and the nearest failure's demand bracket the edge: interpolate instead of galloping.
+            self._streak = self._streak + 1 if mode == "falsi" and self._streak > 0 else 1
+            self._mode = "falsi"
+            return
+        if mode == "falsi" and not obs.fits and self._explained(obs):
+            self._streak = self._streak - 1 if self._streak < 0 else -1
+            return
+        if mode in ("guided", "falsi") and pred is not None:
             contradicted = (obs.fits and obs.batch_size > pred) or (not obs.fits and obs.batch_size <= pred)
             if not contradicted:
                 return
@@ -337,6 +438,8 @@ class BatchSearch:
                 self._mode, self._step = "gallop_up", self._first_step()
             elif self._misses >= MAX_GUIDED_MISSES:
                 self._mode, self._step = "gallop_down", self._first_step()
+            else:
+                self._mode = "double"  # refit the demand model with the new failure
         elif mode in ("gallop_up", "gallop_down"):
             if obs.fits == (mode == "gallop_up"):
                 self._step *= GALLOP_GROWTH
