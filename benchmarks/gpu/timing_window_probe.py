@@ -22,10 +22,12 @@ NVML/GPM sampler every 20 / 50 ms); ``timing_stack`` (plus the host stack sample
 this PyTorch accepts activity filters), ``attribution``, ``full``, ``full_noranges`` (``--full`` without dnnprof's
 module ranges), ``full_withmodules`` (torch's ``with_modules`` instead of dnnprof's module ranges), ``full_nomem``
 (without memory events), ``full_noshapes`` (without shapes). ``timing_noextcorr`` (the timing window with
-Kineto's external correlation off), ``cupti_kernels`` / ``cupti_launchrt`` / ``cupti_runtime`` / ``cupti_driver``
-(CUPTI activity records taken straight through NVIDIA's cupti-python, no Kineto: kernels, copies and memsets
-alone; plus runtime-call records for launches only; plus every runtime call; plus driver calls — what each kind of
-record costs; needs the ``cupti-python`` and ``pyelftools`` wheels). ``--only`` may name a scenario twice (e.g. ``none``
+Kineto's external correlation off), ``cupti_kernels`` / ``cupti_ksync`` / ``cupti_launchrt`` / ``cupti_launchdrv`` /
+``cupti_runtime`` / ``cupti_driver`` (CUPTI activity records taken straight through NVIDIA's cupti-python, no Kineto:
+kernels, copies and memsets alone; plus synchronization records; plus runtime (or driver) call records for launches,
+copies, memsets and syncs only; plus every runtime call; plus driver calls — what each kind of record costs; each
+also checks step markers, correlation order, the CUPTI clock and a Kineto session afterwards; needs the
+``cupti-python`` and ``pyelftools`` wheels). ``--only`` may name a scenario twice (e.g. ``none``
 first and last, to see drift). ``--cycles N`` opens the window N times in each process (8 steps, then 6 plain
 steps) and reports the median over cycles of (window / the plain steps around it): use it on a noisy host.
 Writes $OUT/timing_window_probe.json and prints a table last.
@@ -34,8 +36,8 @@ Writes $OUT/timing_window_probe.json and prints a table last.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gzip
+import itertools
 import json
 import os
 import statistics
@@ -50,11 +52,15 @@ SCENARIOS = ("none", "cuda_only", "timing", "timing_nvml20", "timing_nvml50", "t
 #: Run only when named with --only.
 EXTRA = ("timing_samplers", "timing_default", "timing_stack50", "timing_nvmlproc50", "timing_stack_nvmlproc",
          "kernels_only", "attribution", "full", "full_noranges", "full_nomem", "full_noshapes", "full_withmodules",
-         "timing_noextcorr", *(f"cupti_{k}" for k in ("kernels", "launchrt", "runtime", "driver")))
+         "timing_noextcorr", *(f"cupti_{k}" for k in ("kernels", "ksync", "launchrt", "launchdrv", "runtime", "driver")))
 #: CUPTI activity kinds of the ``cupti_*`` scenarios (cupti-python, no Kineto session in the process): what each
-#: kind of record costs on its own. ``launchrt`` records runtime calls for launches and copies only.
+#: kind of record costs on its own. ``launchrt`` / ``launchdrv`` record runtime / driver calls for launches, copies,
+#: memsets and syncs only. Every ``cupti_*`` window also issues one 1-byte marker memset per step boundary (value
+#: ``MARKER_VALUE``) and reports how the correlation ids of kernels fall between the markers' ids.
 CUPTI_KINDS = {"kernels": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET"),
-               "launchrt": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME"),
+               "ksync": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION"),
+               "launchrt": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION", "RUNTIME"),
+               "launchdrv": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION", "DRIVER"),
                "runtime": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME"),
                "driver": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME", "DRIVER")}
 #: Profiler keyword overrides of the ``full_*`` variants.
@@ -62,8 +68,14 @@ FULL_VARIANTS = {"full_nostack": {"record_shapes": True, "profile_memory": True,
                  "full_nomem": {"profile_memory": False}, "full_noshapes": {"record_shapes": False},
                  "full_withmodules": {"with_modules": True}}
 WARM, WINDOW, AFTER = 6, 10, 10
+MARKER_VALUE = 0x5D
 #: With ``--cycles N``: steps per window and plain steps after it (the first of them pays the CUPTI teardown).
 CYCLE_WINDOW, CYCLE_PLAIN = 8, 6
+
+
+def child_timeout_s(cycles: int) -> int:
+    """Seconds one scenario process may take (a GPT-2 process takes ~25 s with 3 cycles on an H100)."""
+    return 60 + 30 * cycles
 
 
 def _trace_check(path: Path) -> dict[str, Any]:
@@ -164,55 +176,113 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
 
 
 def _cupti_session(which: str, state: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """CUPTI activity records straight from cupti-python (no Kineto), for the kinds ``CUPTI_KINDS[which]``."""
+    """CUPTI activity records straight from cupti-python (no Kineto), for the kinds ``CUPTI_KINDS[which]``, plus a
+    1-byte marker memset at every step boundary."""
+    import ctypes
     from collections import Counter
 
+    import torch
     from cupti import cupti  # cupti-python
 
     kinds = [getattr(cupti.ActivityKind, k) for k in CUPTI_KINDS[which]]
     counts: Counter[str] = Counter()
     durs: list[int] = []
+    kern_corr: list[int] = []
+    marks: list[int] = []
+    api: list[tuple[int, int, int]] = []  # (start, correlation, cbid) of runtime/driver records
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    buf = torch.empty(64, dtype=torch.uint8, device="cuda")
+
+    def marker() -> None:
+        rc = libcuda.cuMemsetD8Async(ctypes.c_uint64(buf.data_ptr()), ctypes.c_ubyte(MARKER_VALUE),
+                                     ctypes.c_size_t(1), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        if rc:
+            raise RuntimeError(f"cuMemsetD8Async returned {rc}")
 
     def requested() -> tuple[int, int]:
         return 8 * 1024 * 1024, 0
 
     def completed(activities: list[Any]) -> None:
         for a in activities:
-            counts[str(a.kind).split(".")[-1]] += 1
-            if a.kind == cupti.ActivityKind.CONCURRENT_KERNEL:
+            kind = a.kind
+            counts[str(kind).split(".")[-1]] += 1
+            if kind == cupti.ActivityKind.CONCURRENT_KERNEL:
                 durs.append(a.end - a.start)
+                kern_corr.append(a.correlation_id)
+            elif kind == cupti.ActivityKind.MEMSET and a.bytes == 1 and a.value == MARKER_VALUE:
+                marks.append(a.correlation_id)
+            elif kind in (cupti.ActivityKind.RUNTIME, cupti.ActivityKind.DRIVER):
+                api.append((a.start, a.correlation_id, a.cbid))
+
+    def api_filter(enum: Any, enable: Any) -> dict[str, int]:
+        # Every real call id (not INVALID/SIZE/FORCE_INT); the members include name-mangled ``_Runtime…__`` ones.
+        kept = refused = 0
+        for member in enum:
+            name = member.name
+            if name in ("INVALID", "SIZE", "FORCE_INT"):
+                continue
+            keep = any(w in name for w in ("LaunchKernel", "Memcpy", "Memset", "LaunchCooperative", "Synchronize"))
+            try:
+                enable(int(member), int(keep))
+                kept += keep
+            except cupti.cuptiError:  # a call id this driver does not know
+                refused += 1
+        return {"kept": kept, "refused": refused}
 
     def start(k: int) -> None:
         if "registered" not in state:
             cupti.activity_register_callbacks(requested, completed)
             state["registered"] = True
         if which == "launchrt" and "filtered" not in state:
-            # Every real call id (not INVALID/SIZE/FORCE_INT); the members include name-mangled ``_Runtime…__`` ones.
-            kept = refused = 0
-            for member in cupti.RuntimeApiTraceCbid:
-                name = member.name
-                if name in ("INVALID", "SIZE", "FORCE_INT"):
-                    continue
-                keep = any(w in name for w in ("LaunchKernel", "Memcpy", "Memset", "LaunchCooperative", "Synchronize"))
-                try:
-                    cupti.activity_enable_runtime_api(int(member), int(keep))
-                    kept += keep
-                except cupti.cuptiError:  # a call id this driver does not know
-                    refused += 1
-            state["filtered"] = {"kept": kept, "refused": refused}
+            state["filtered"] = api_filter(cupti.RuntimeApiTraceCbid, cupti.activity_enable_runtime_api)
+        if which == "launchdrv" and "filtered" not in state:
+            state["filtered"] = api_filter(cupti.DriverApiTraceCbid, cupti.activity_enable_driver_api)
         for kind in kinds:
             cupti.activity_enable(kind)
+        marker()
 
     def stop() -> dict[str, Any]:
         t = time.perf_counter()
+        marker()
         for kind in kinds:
             cupti.activity_disable(kind)
         cupti.activity_flush_all(1)
-        return {"stop_s": round(time.perf_counter() - t, 3), "records": dict(counts),
-                "runtime_filter": state.get("filtered"),
-                "kernels": counts.get("CONCURRENT_KERNEL", 0), "kernels_with_time": sum(1 for d in durs if d > 0)}
+        stop_s = round(time.perf_counter() - t, 3)
+        # Kernels between consecutive markers (by correlation id): one count per step when ids follow launch order.
+        ms = sorted(marks)
+        kc = sorted(kern_corr)
+        import bisect
+        per_step = [bisect.bisect_left(kc, b) - bisect.bisect_left(kc, a) for a, b in itertools.pairwise(ms)]
+        # Do correlation ids follow the host order of the API records? Count inversions by start time.
+        by_start = [c for _, c, _ in sorted(api)]
+        inversions = sum(1 for a, b in itertools.pairwise(by_start) if b < a)
+        t0, c0, t1 = time.time_ns(), cupti.get_timestamp(), time.time_ns()
+        return {"stop_s": stop_s, "records": dict(counts), "runtime_filter": state.get("filtered"),
+                "kernels": counts.get("CONCURRENT_KERNEL", 0), "kernels_with_time": sum(1 for d in durs if d > 0),
+                "markers": len(ms), "kernels_per_step": per_step, "api_records": len(api),
+                "api_order_inversions": inversions,
+                "clock": {"cupti_minus_time_ns": c0 - (t0 + t1) // 2, "reading_ns": t1 - t0,
+                          "cupti_minus_monotonic_ns": cupti.get_timestamp() - time.monotonic_ns()}}
 
-    return start, lambda k: None, stop
+    return start, lambda k: marker(), stop
+
+
+def _kineto_after(torch: Any, step: Any, out: Path, first: int) -> dict[str, Any]:
+    """Can a Kineto session still record GPU times in a process where CUPTI was driven directly? 3 steps of
+    dnnprof's timing window, exported and checked."""
+    from dnnprof.collect.windows import Window
+
+    w = Window(torch, "timing", first, cuda=True)
+    try:
+        w.start()
+        for k in range(3):
+            w.close_step()
+            w.open_step(first + k)
+            step()
+        w.export(out)
+        return _trace_check(out / "timing.json.gz")
+    except Exception as e:  # noqa: BLE001 - the probe reports what failed
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 class _NoRanges:
@@ -290,6 +360,8 @@ def child(scenario: str, out: Path, smoke: bool, cycles: int = 1) -> dict[str, A
         last = time.perf_counter_ns()
         step()
         times.append(time.perf_counter_ns() - last)
+    if scenario.startswith("cupti_"):
+        info["kineto_after"] = _kineto_after(torch, step, out, len(kinds))
     ms = [t / 1e6 for t in times]
     med = statistics.median
     # Runs of equal kinds, in order: the cycle ratios compare each "on" run with the plain runs around it.
@@ -328,6 +400,9 @@ def main() -> None:
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
     if a.child:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(max(5, int(os.environ.get("PROBE_TIMEOUT_S", "600")) - 8), exit=False)
         tmp = out / f"probe_{a.child}_{a.index}"
         tmp.mkdir(exist_ok=True)
         print("RESULT " + json.dumps(child(a.child, tmp, a.smoke, a.cycles)))
@@ -340,13 +415,18 @@ def main() -> None:
     for i, name in enumerate(names):
         cmd = [sys.executable, __file__, "--child", name, "--index", str(i), "--cycles", str(a.cycles),
                *(["--smoke"] if a.smoke else [])]
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120 * a.cycles, check=False)
-            got = [ln[7:] for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-            rows.append(json.loads(got[-1]) if got else {"scenario": name, "error": r.stderr[-1500:]})
-            continue
-        rows.append({"scenario": name, "error": "timed out"})
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               "PROBE_TIMEOUT_S": str(child_timeout_s(a.cycles))}
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=child_timeout_s(a.cycles))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            stderr = "timed out; stacks dumped before the kill:\n" + stderr
+        got = [ln[7:] for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+        rows.append(json.loads(got[-1]) if got else {"scenario": name, "error": stderr[-3000:]})
+        print("ROW " + json.dumps({k: v for k, v in rows[-1].items() if k != "steps_ms"}), flush=True)
     import torch
 
     doc = {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "torch": torch.__version__,
