@@ -2,7 +2,7 @@
 capture overhead of a default-mode profile — the table issue 3 asks for.
 
 Run on the GPU machine (dnnprof from this checkout on PYTHONPATH):
-    OUT=out python benchmarks/gpu/workload_table.py                         # 8 workloads x 2 modes, ~8 min on an H100
+    OUT=out python benchmarks/gpu/workload_table.py                         # 8 workloads x 2 modes, ~8 min on an H100 (3 + 10 steps)
     OUT=out python benchmarks/gpu/workload_table.py --workloads gpt2,bert --precision amp-bf16
     OUT=out python benchmarks/gpu/workload_table.py --smoke                 # the -tiny workloads on the CPU (harness check)
 
@@ -10,7 +10,8 @@ For each workload one ``dnnprof sweep W --batch-sizes B --modes train,infer --pr
 workload's default batch): every point runs twice, each time in its own process — as a probe (the workload alone,
 NVML/GPM sampled from a helper process: the plain step time, throughput, busy %, GPM SM active / occupancy /
 tensor / DRAM %) and as a default-mode dnnprof profile (its steps' median). Dilation = profiled step / probe step at
-the same point, on the same machine, minutes apart. Writes $OUT/workload_table.json, each sweep under
+the same point, on the same machine, minutes apart; ``in_process_dilation`` = the profile's timed steps / the
+unprofiled steps of the same process (``overhead.dilation`` of its summary). Writes $OUT/workload_table.json, each sweep under
 $OUT/<workload>/, and prints a Markdown table last. A workload that fails keeps its row with the status and message.
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = ("deepspeech2", "gpt2", "bert", "resnet50", "inception_v3", "transformer", "seq2seq", "dcgan")
 COLUMNS = ("workload", "mode", "batch", "precision", "status", "plain_step_ms", "profiled_step_ms", "dilation",
+           "in_process_dilation",
            "throughput", "unit", "gpu_busy_pct", "sm_active_pct", "sm_occupancy_pct", "tensor_active_pct",
            "dram_bw_util_pct", "peak_memory_gib", "message")
 
@@ -53,7 +55,18 @@ def sweep(workload: str, out: Path, device: str, precision: str, steps: int, war
     return (json.loads(doc.read_text()) if doc.is_file() else None), tail, wall
 
 
-def rows_of(workload: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
+def in_process_dilation(sweep_dir: Path, point: dict[str, Any] | None) -> float | None:
+    """The profile's own dilation: its timed steps against the unprofiled steps of the same process (before and
+    after the windows), from the run directory's summary."""
+    if not point or not point.get("run_dir"):
+        return None
+    path = sweep_dir / point["run_dir"] / "summary.json"
+    if not path.is_file():
+        return None
+    return (json.loads(path.read_text()).get("overhead") or {}).get("dilation")
+
+
+def rows_of(workload: str, doc: dict[str, Any], sweep_dir: Path) -> list[dict[str, Any]]:
     """One row per (mode, batch, precision): the probe's plain figures and the profile's step time."""
     pts = doc.get("points", [])
     out = []
@@ -69,6 +82,7 @@ def rows_of(workload: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
             "workload": workload, "mode": key[0], "batch": key[1], "precision": key[2], "status": status,
             "plain_step_ms": plain, "profiled_step_ms": profiled,
             "dilation": round(profiled / plain, 3) if plain and profiled else None,
+            "in_process_dilation": in_process_dilation(sweep_dir, prof),
             "throughput": probe.get("throughput_items_per_s") or probe.get("throughput_samples_per_s"),
             "unit": probe.get("throughput_unit"), "gpu_busy_pct": probe.get("gpu_busy_pct"),
             "sm_active_pct": probe.get("sm_active_pct"), "sm_occupancy_pct": probe.get("sm_occupancy_pct"),
@@ -97,8 +111,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--precision", default="amp-bf16", help="one precision for every workload (default amp-bf16)")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup-steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup-steps", type=int, default=10, help="unprofiled steps first (3 left short-step "
+                                                                  "workloads still warming up: clocks, allocator)")
     ap.add_argument("--timeout", type=float, default=420.0, help="seconds for one workload's sweep")
     ap.add_argument("--smoke", action="store_true", help="the -tiny workloads on the CPU, fp32, 3 steps")
     a = ap.parse_args()
@@ -114,7 +129,7 @@ def main() -> None:
     for w in names:
         doc, tail, wall = sweep(w, out / w, device, precision, steps, warmup, a.timeout)
         runs.append({"workload": w, "wall_s": round(wall, 1), "tail": tail if doc is None else ""})
-        got = rows_of(w, doc) if doc else []
+        got = rows_of(w, doc, out / w) if doc else []
         rows += got or [{"workload": w, "status": "failed", "message": tail[-300:]}]
         print(f"[{w}] {wall:.0f} s, {len(got)} points", flush=True)
     env: dict[str, Any] = {}
