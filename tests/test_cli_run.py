@@ -100,6 +100,20 @@ def test_script_without_optimizer_is_profiled_whole_with_advice(tmp_path: Path) 
     assert load(run, "summary.json")["steps"]["source"] == "whole_trace"
 
 
+def test_inference_over_a_dataloader_steps_on_its_batches(tmp_path: Path) -> None:
+    r = dnnprof("run", "--warmup-steps", "3", "--steps", "8", "--", sys.executable,
+                str(SCRIPTS / "infer_dataloader.py"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert [ln.split(" mean")[0] for ln in r.stdout.splitlines()] == [f"batch {i}" for i in (0, 10, 20, 30)]
+    assert "no iterations found" not in r.stderr
+    (run,) = (tmp_path / "dnnprof-runs").iterdir()
+    meta = load(run, "meta.json")
+    assert meta["status"] == "complete", meta
+    steps = load(run, "summary.json")["steps"]
+    assert steps["source"] == "dataloader" and steps["count"] == 8
+    assert load(run, "summary.json")["throughput"]["items_per_step"] == 8
+
+
 def test_ctrl_c_flushes_what_was_collected_and_marks_the_run_incomplete(tmp_path: Path) -> None:
     import signal
 
@@ -203,3 +217,15 @@ def test_gpu_lightning_script(tmp_path: Path) -> None:
     assert meta["complete"] and meta["capture"]["step_source"] == "optimizer"
     assert meta["capture"]["attribution"]["matched_kernels_pct"] >= 90
 
+
+
+def test_a_run_still_warming_up_is_told_to_warm_up_longer() -> None:
+    """resnet50 inference on an H100 with 3 warm-up steps: 7.37 ms per step before the windows, 5.28 ms after."""
+    from dnnprof.cli.run import warmup_hint
+
+    hint = warmup_hint({"baseline_before": {"median_us": 7366.028}, "baseline_after": {"median_us": 5276.678}})
+    assert "7.37 ms before" in hint and "5.28 ms after" in hint and "still warming up" in hint
+    assert "--warmup-steps" in hint
+    assert warmup_hint({"baseline_before": {"median_us": 38.4e3}, "baseline_after": {"median_us": 37.1e3}}) == ""
+    assert warmup_hint({"baseline_before": {"median_us": None}, "baseline_after": {"median_us": 5e3}}) == ""
+    assert "slowing down" in warmup_hint({"baseline_before": {"median_us": 5e3}, "baseline_after": {"median_us": 9e3}})

@@ -108,6 +108,32 @@ def test_dataloader_batches_give_items_per_step() -> None:
     assert counter.take() is None
 
 
+def test_dataloader_batches_end_iterations_only_without_an_optimizer() -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dnnprof.collect.stepdetect import DataLoaderItems, DataLoaderSteps
+
+    seen: list[str] = []
+    steps = DataLoaderSteps(seen.append)
+    counter = DataLoaderItems(before=steps.before_batch)
+    steps.install(torch)
+    counter.install(torch)
+    try:
+        main = DataLoader(TensorDataset(torch.zeros(12, 3)), batch_size=4)
+        other = DataLoader(TensorDataset(torch.zeros(4, 3)), batch_size=2)
+        assert len(list(main)) == 3 and seen == ["dataloader"] * 2  # the first batch starts iteration 0
+        list(other)  # another dataset's batches are not iterations
+        list(main)  # a new epoch: its first batch ends the last iteration of the one before
+        assert seen == ["dataloader"] * 5
+        _opt()  # a script that builds an optimizer steps on optimizer steps, however many batches make one
+        list(main)
+        assert seen == ["dataloader"] * 5 and steps.optimizer_built
+    finally:
+        counter.remove()
+        steps.remove()
+    assert torch.optim.Optimizer.__init__ is not None and not steps._undo
+
+
 def test_module_ranges_name_every_forward_by_fqn_and_class() -> None:
     from dnnprof.collect.modranges import ModuleRanges
 

@@ -192,3 +192,14 @@ def test_the_batch_size_reaches_a_script_by_placeholder_and_environment(env: Pat
                      device="cpu", batches=parse_batch_sizes("3,5"), modes=("infer",), profile_points=())
     run_sweep(spec)
     assert seen.read_text().splitlines() == ["3 3 fp32 infer", "5 5 fp32 infer"]
+
+
+def test_an_inference_script_is_timed_on_its_dataloader_batches(tmp_path: Path) -> None:
+    """A script without an optimizer or dnnprof.step(): its DataLoader batches are its steps."""
+    pytest.importorskip("torch")
+    script = Path(__file__).parent / "data" / "scripts" / "infer_dataloader.py"
+    spec = SweepSpec(target=script_target([sys.executable, str(script), "{batch_size}"]), out=tmp_path / "sw",
+                     device="cpu", batches=parse_batch_sizes("4"), modes=("infer",), profile_points=())
+    (p,) = run_sweep(spec)["points"]
+    assert p["status"] == "ok" and not p["message"], p
+    assert p["steps_timed"] >= 30 and p["step_time_ms"] > 0 and p["throughput_samples_per_s"] > 0

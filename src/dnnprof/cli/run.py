@@ -52,6 +52,22 @@ def capture_config(*, warmup_steps: int, steps: int, full: bool, counters: bool,
         raise UserError(str(e)) from None
 
 
+#: Unprofiled steps before and after the windows that differ by more than this factor were not steady.
+UNSTEADY_BASELINE_RATIO = 1.25
+
+
+def warmup_hint(overhead: dict[str, Any]) -> str:
+    """A line when the unprofiled steps before the windows and after them differ a lot: the run was still warming
+    up (clocks, allocator, autotuning) or changed pace, so the dilation and the window's times are not steady."""
+    before = (overhead.get("baseline_before") or {}).get("median_us")
+    after = (overhead.get("baseline_after") or {}).get("median_us")
+    if not before or not after or max(before, after) / min(before, after) <= UNSTEADY_BASELINE_RATIO:
+        return ""
+    trend = "still warming up" if before > after else "slowing down"
+    return (f"unprofiled steps took {before / 1000:.2f} ms before the window and {after / 1000:.2f} ms after it: "
+            f"the run was {trend}, so the window's times may not be steady (raise --warmup-steps)")
+
+
 def report(result: Any, quiet: bool = False) -> None:
     """A few lines on stderr: where the run went, the step time and what the capture cost."""
     say = lambda m: print(f"dnnprof: {m}", file=sys.stderr)  # noqa: E731
@@ -69,6 +85,9 @@ def report(result: Any, quiet: bool = False) -> None:
         if o.get("dilation") is not None:
             line += f", profiler dilation {o['dilation']:.3f}x vs {o['baseline']['count']} unprofiled steps"
         say(line)
+        hint = warmup_hint(o)
+        if hint:
+            say(hint)
     gpu = s.get("gpu") or {}
     busy = gpu.get("busy_pct") if gpu.get("has_activity") else None
     hot = ((s.get("host_hotspots") or {}).get("top_user_lines") or [])[:3]

@@ -30,7 +30,7 @@ from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES, STEP_SOURCES, empty_table
 from dnnprof.model.steps import assign_steps
 
-_STEP_SOURCE = {"optimizer": "optimizer", "marker": "marker", "explicit": "marker"}
+_STEP_SOURCE = {"optimizer": "optimizer", "marker": "marker", "explicit": "marker", "dataloader": "dataloader"}
 #: Samples kept this far around the profiled windows (GPM values describe the preceding ~0.1 s).
 SAMPLE_MARGIN_NS = 1_000_000_000
 

@@ -24,7 +24,7 @@ from dnnprof.collect.config import RESULT_FILE, SAMPLES_FILE, CollectorConfig, w
 from dnnprof.collect.environment import environment, run_settings
 from dnnprof.collect.memory import StepMemory, static_breakdown
 from dnnprof.collect.schedule import Plan
-from dnnprof.collect.stepdetect import PRIORITY, DataLoaderItems, MarkerSteps, OptimizerSteps
+from dnnprof.collect.stepdetect import PRIORITY, DataLoaderItems, DataLoaderSteps, MarkerSteps, OptimizerSteps
 from dnnprof.collect.windows import Window
 
 RESULT_FORMAT = "dnnprof.collector/1"
@@ -73,7 +73,8 @@ class Controller:
         self.markers = MarkerSteps(config.step_marker, lambda src: self.on_boundary(src)) if config.step_marker \
             else None
         self._first_fwd: Any = None
-        self.data_items = DataLoaderItems()
+        self.data_steps = DataLoaderSteps(lambda src: self.on_boundary(src))
+        self.data_items = DataLoaderItems(before=self.data_steps.before_batch)
 
     # --- installation --------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -84,6 +85,7 @@ class Controller:
         if disable is not None:  # a compiled optimizer step or module call must run our hooks eagerly
             self.optimizers.hook = disable(self.optimizers.hook)  # type: ignore[method-assign]
         self.optimizers.install(torch)
+        self.data_steps.install(torch)
         self.data_items.install(torch)
         if self.markers is not None:
             self.markers.install(torch)
@@ -96,6 +98,7 @@ class Controller:
         import dnnprof
 
         self.optimizers.remove()
+        self.data_steps.remove()
         self.data_items.remove()
         if self.markers is not None:
             self.markers.remove()
@@ -134,7 +137,7 @@ class Controller:
     def _accept(self, source: str) -> bool:
         if source == self.source:
             return True
-        if self.cfg.step_marker and source == "optimizer":
+        if self.cfg.step_marker and source in ("optimizer", "dataloader"):
             return False
         if self.source is not None and PRIORITY[source] <= PRIORITY[self.source]:
             return False

@@ -36,7 +36,7 @@ def _not_started_reason(run_meta: dict[str, Any]) -> str:
 def _messages(status: str, col: dict[str, Any] | None, run_meta: dict[str, Any], info: dict[str, Any]) -> list[str]:
     msgs: list[str] = []
     if status == "no_steps" and col is not None:
-        msgs.append(f"no iterations found (no optimizer.step() call): profiled the whole run as one window; {HOW_TO_MARK}")
+        msgs.append(f"no iterations found (no optimizer.step() call, no DataLoader batches): profiled the whole run as one window; {HOW_TO_MARK}")
     elif status == "partial" and run_meta.get("interrupted"):
         msgs.append("interrupted during the profiled window: what was collected is kept, the profile is partial")
     elif status == "partial":

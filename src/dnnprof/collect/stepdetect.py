@@ -5,7 +5,10 @@ Three sources, strongest first:
 * ``explicit`` — the script calls ``dnnprof.step()`` at the end of each iteration;
 * ``marker`` — ``--step-marker NAME``: the end of every ``record_function(NAME)`` or NVTX range ``NAME``;
 * ``optimizer`` — a global optimizer step post-hook. With several optimizers (a GAN steps D then G), the boundary
-  is the optimizer that steps last in the cycle: the one seen just before the first optimizer steps again.
+  is the optimizer that steps last in the cycle: the one seen just before the first optimizer steps again;
+* ``dataloader`` — in a process that has built no optimizer (an inference or evaluation script), every batch the
+  main process takes from a DataLoader of its first dataset starts an iteration. A training script builds an
+  optimizer, and its iterations are optimizer steps (with gradient accumulation, several batches make one).
 
 Every hook checks the process id: forked DataLoader workers inherit the hooks but never report boundaries.
 """
@@ -19,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 #: Source ranks: a stronger source seen before the profiled window starts replaces a weaker one.
-PRIORITY = {"optimizer": 1, "marker": 2, "explicit": 3}
+PRIORITY = {"dataloader": 0, "optimizer": 1, "marker": 2, "explicit": 3}
 
 
 class OptimizerSteps:
@@ -151,13 +154,62 @@ def batch_items(batch: Any, depth: int = 0) -> int | None:
     return None
 
 
-class DataLoaderItems:
-    """Counts the samples the main process takes from DataLoaders, for items/s when the script gives none."""
+class DataLoaderSteps:
+    """Reports a boundary before every batch but the first that the main process takes from a DataLoader over its
+    first dataset, as long as no optimizer has been built in the process (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self.emit = emit
+        self.pid = os.getpid()
+        self.optimizer_built = False
+        self.dataset_id: int | None = None
+        self._undo: tuple[Any, Any] | None = None
+
+    def before_batch(self, iterator: Any) -> None:
+        """Called by :class:`DataLoaderItems` before each batch is fetched."""
+        if self.optimizer_built or os.getpid() != self.pid:
+            return
+        key = id(getattr(iterator, "_dataset", iterator))
+        if self.dataset_id is None:
+            self.dataset_id = key  # the first batch of the run starts iteration 0: nothing ends here
+            return
+        if key != self.dataset_id:
+            return
+        try:
+            if iterator._num_yielded >= len(iterator):
+                return  # this call ends the epoch (StopIteration); the next epoch's first batch ends the iteration
+        except (AttributeError, TypeError):  # no length (an IterableDataset): every call counts
+            pass
+        self.emit("dataloader")
+
+    def install(self, torch: Any) -> None:
+        cls = torch.optim.Optimizer
+        original = cls.__init__
+        steps = self
+
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            steps.optimizer_built = True
+            original(opt, *args, **kwargs)
+
+        cls.__init__ = __init__
+        self._undo = (cls, original)
+
+    def remove(self) -> None:
+        if self._undo is not None:
+            cls, original = self._undo
+            cls.__init__ = original
+            self._undo = None
+
+
+class DataLoaderItems:
+    """Counts the samples the main process takes from DataLoaders, for items/s when the script gives none.
+    ``before`` is called with the iterator before each batch is fetched (:class:`DataLoaderSteps`)."""
+
+    def __init__(self, before: Callable[[Any], None] | None = None) -> None:
         self.pid = os.getpid()
         self.count = 0
         self.batches = 0
+        self.before = before
         self._undo: tuple[Any, Any] | None = None
 
     def install(self, torch: Any) -> None:
@@ -166,6 +218,8 @@ class DataLoaderItems:
         counter = self
 
         def __next__(it: Any) -> Any:
+            if counter.before is not None:
+                counter.before(it)
             batch = original(it)
             if os.getpid() == counter.pid:
                 n = batch_items(batch)

@@ -31,7 +31,7 @@ OP_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
 #: ``runtime.api_kind`` labels: what a CUDA runtime/driver call does.
 API_KINDS = ("other", "launch", "memcpy", "memset", "sync", "event", "graph_launch")
 #: ``steps.source`` labels: how the iteration boundary was found.
-STEP_SOURCES = ("profiler_step", "marker", "optimizer", "pattern", "whole_trace")
+STEP_SOURCES = ("profiler_step", "marker", "optimizer", "pattern", "whole_trace", "dataloader")
 #: ``memory_events.device_type`` labels: c10's ``DeviceType`` numbering, as Kineto writes ``Device Type``.
 DEVICE_TYPES = ("cpu", "cuda", "mkldnn", "opengl", "opencl", "ideep", "hip", "fpga", "maia", "xla", "vulkan",
                 "metal", "xpu", "mps", "meta", "hpu", "ve", "lazy", "ipu", "mtia", "privateuse1")

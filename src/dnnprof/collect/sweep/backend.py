@@ -247,8 +247,9 @@ def _from_script(p: dict[str, Any], doc: dict[str, Any] | None, plan: Plan) -> N
             if doc.get("items") is not None:
                 p["throughput_items_per_s"] = round(doc["items"] / window, 3)
     elif doc.get("torch_imported") and doc.get("steps_seen", 0) < 2:
-        p["message"] = ("fewer than 2 steps seen after warm-up: no step time (call dnnprof.step() each "
-                        "iteration, or run more steps)")
+        p["message"] = ("fewer than 2 steps seen after warm-up (optimizer steps, or DataLoader batches in a "
+                        "script without an optimizer): no step time (call dnnprof.step() each iteration, or run "
+                        "more steps)")
 
 
 def find_summary(folder: Path) -> Path | None:

@@ -4,7 +4,8 @@ Installed by ``_boot/sitecustomize.py`` when ``DNNPROF_SWEEP_TRIAL`` is set. The
 imports torch is its *owner* and writes ``DNNPROF_SWEEP_RESULT`` at exit (DataLoader workers and other helpers never
 do); in a command that never imports torch, the first process to exit reports its exception and host memory.
 
-Steps are the calls of ``dnnprof.step()`` when the script makes them, else ``optimizer.step()`` calls. The
+Steps are the calls of ``dnnprof.step()`` when the script makes them, else ``optimizer.step()`` calls, else (a
+script that builds no optimizer: inference) the batches it takes from its DataLoader (``stepdetect``). The
 GPU limit is applied through ``torch.cuda._lazy_call`` where it exists, so importing torch creates no CUDA context
 (a script may still set ``CUDA_VISIBLE_DEVICES`` after import).
 """
@@ -37,6 +38,7 @@ class _State:
         self.torch: Any = None
         self.pid = os.getpid()
         self.optimizer_ns: list[int] = []
+        self.dataloader_ns: list[int] = []
         self.explicit_ns: list[int] = []
         self.explicit_items: list[float | None] = []
         self.exception: BaseException | None = None
@@ -98,6 +100,11 @@ def _on_torch(torch: ModuleType) -> None:
         pass
     else:
         register_optimizer_step_post_hook(lambda *a, **k: st.optimizer_ns.append(time.perf_counter_ns()))
+    from dnnprof.collect.stepdetect import DataLoaderItems, DataLoaderSteps
+
+    batches = DataLoaderSteps(lambda source: st.dataloader_ns.append(time.perf_counter_ns()))
+    batches.install(torch)
+    DataLoaderItems(before=batches.before_batch).install(torch)
     import dnnprof
 
     if dnnprof._step_hook is None:  # under `dnnprof run` the collector owns dnnprof.step()
@@ -154,8 +161,9 @@ def _write(result: Path) -> None:
 
     warmup = int(os.environ.get(ENV_WARMUP, "1") or 1)
     explicit = bool(st.explicit_ns)
-    marks = st.explicit_ns if explicit else st.optimizer_ns
-    doc: dict[str, Any] = {"format": FORMAT, "step_source": "dnnprof.step" if explicit else "optimizer",
+    source, marks = (("dnnprof.step", st.explicit_ns) if explicit else ("optimizer", st.optimizer_ns)
+                     if st.optimizer_ns or not st.dataloader_ns else ("dataloader", st.dataloader_ns))
+    doc: dict[str, Any] = {"format": FORMAT, "step_source": source,
                            "steps_seen": len(marks), "warmup_steps": warmup, "torch_imported": st.torch is not None}
     timed = marks[warmup:] if len(marks) > warmup + 1 else marks
     if len(timed) >= 2:
