@@ -313,3 +313,20 @@ def test_sigint_disposition_is_read_from_proc() -> None:
         p.kill()
         p.wait()
 
+
+
+def test_the_timing_windows_external_correlation_can_be_turned_off(tmp_path: Path, monkeypatch) -> None:
+    from dnnprof.collect.windows import ENV_TIMING_EXTCORR, Window
+
+    monkeypatch.setenv(ENV_TIMING_EXTCORR, "0")
+    w = Window(torch, "timing", 0, cuda=False)
+    w.start()
+    w.open_step(0)
+    torch.randn(8, 8).sum()
+    w.close_step()
+    assert w.export(tmp_path) == f"{tmp_path.name}/timing.json.gz" and (tmp_path / "timing.json.gz").is_file()
+    assert w.record()["external_correlation"] is False  # PyTorch 2.x takes the option
+    w = Window(torch, "attribution", 0, cuda=False)  # only the timing window has the switch
+    w.start()
+    w.export(tmp_path / "a")
+    assert w.record()["external_correlation"] is True

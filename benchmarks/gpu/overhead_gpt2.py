@@ -2,7 +2,7 @@
 
 Run on the GPU machine (no network; dnnprof from this checkout, msgspec importable):
     OUT=out python benchmarks/gpu/overhead_gpt2.py            # ~2–3 min on an H100
-    OUT=out python benchmarks/gpu/overhead_gpt2.py --variants # also default mode without NVML sampling (~+40 s)
+    OUT=out python benchmarks/gpu/overhead_gpt2.py --variants # also without NVML, and without external correlation
     OUT=out python benchmarks/gpu/overhead_gpt2.py --repeats 3 # 3 rounds of (plain, default, full), interleaved
     python benchmarks/gpu/overhead_gpt2.py --smoke                # CPU check of this harness, measures nothing
 
@@ -89,8 +89,13 @@ def run_config(name: str, dnnprof_args: list[str] | None, tag: str = "") -> dict
     else:
         cmd = [sys.executable, "-m", "dnnprof", "run", "--warmup-steps", str(warmup), "--steps", str(n),
                "--out", str(run_dir), "-q", *dnnprof_args, "--", *target]
+    env = _env()
+    for a in [a for a in cmd if a.startswith("env:")]:  # "env:NAME=VALUE" entries set the environment
+        var, _, value = a[4:].partition("=")
+        env[var] = value
+        cmd.remove(a)
     t0 = time.time()
-    r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, check=False)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     wall = time.time() - t0
     row: dict = {"config": name, "command": cmd, "returncode": r.returncode, "wall_s": round(wall, 1)}
     if r.returncode != 0:
@@ -138,7 +143,8 @@ def main() -> None:
     p.add_argument("--train", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=45, help=argparse.SUPPRESS)
     p.add_argument("--times", default="", help=argparse.SUPPRESS)
-    p.add_argument("--variants", action="store_true", help="also default mode without NVML sampling")
+    p.add_argument("--variants", action="store_true", help="also default mode without NVML sampling, and with "
+                                                              "the timing window's external correlation off")
     p.add_argument("--smoke", action="store_true", help="tiny model on the CPU: checks the harness, measures nothing")
     p.add_argument("--repeats", type=int, default=1, help="rounds of all configurations, interleaved")
     args = p.parse_args()
@@ -151,6 +157,7 @@ def main() -> None:
     configs: list[tuple[str, list[str] | None]] = [("none", None), ("default", []), ("full", ["--full"])]
     if args.variants:
         configs.insert(2, ("default_no_nvml", ["--no-nvml"]))
+        configs.insert(3, ("default_noextcorr", ["env:DNNPROF_TIMING_EXTERNAL_CORRELATION=0"]))
     rows = []
     for k in range(args.repeats):
         tag = f"_r{k}" if args.repeats > 1 else ""

@@ -18,6 +18,11 @@ taken between two ``time.time_ns()`` readings, which ties the trace clock to the
 The ``timing`` window is cheap because the profiler's op callbacks are limited to user scopes: CPU activity is on
 (``record_function`` ranges are recorded) but no ``aten`` op is.
 
+``DNNPROF_TIMING_EXTERNAL_CORRELATION=0`` starts the ``timing`` window with Kineto's external correlation off (no
+External id links from runtime calls to the user ranges; kernels still reach their runtime calls and steps through
+CUPTI's correlation ids, and their ops come from the attribution window). On one noisy H100 host it cost 1.16x
+against 1.31x for the default; not yet the default: the end-to-end GPU tests have not run with it.
+
 A window must be exported as soon as it stops, before the next session starts. Kineto converts CUPTI's GPU and
 runtime timestamps (TSC ticks) lazily, when the trace is saved, with one process-wide converter that every new
 session replaces; the converter maps ticks from before its own start to 0. A trace saved after a later session
@@ -27,6 +32,7 @@ has started comes out with ``ts = dur = 0`` on every GPU and runtime event (seen
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import warnings
 from collections.abc import Iterator
@@ -36,6 +42,8 @@ from typing import Any
 from dnnprof.collect.modranges import ModuleRanges, compiled_code_in_use
 
 KINDS = ("timing", "attribution", "full", "cpu", "whole_run")
+#: Environment switch of the timing window's external correlation (see the module docstring).
+ENV_TIMING_EXTCORR = "DNNPROF_TIMING_EXTERNAL_CORRELATION"
 CLOCK_SYNC = "dnnprof.clock_sync"
 #: The profiler's own once-per-process notice; it would land in the profiled script's stderr.
 _QUIET = ("Profiler clears events at the end of each cycle",)
@@ -89,6 +97,7 @@ class Window:
         self.export_s = 0.0
         self.exported_ns = 0
         self.running = False
+        self.external_correlation = True
 
     def _activities(self) -> list[Any]:
         pa = self.torch.profiler.ProfilerActivity
@@ -102,8 +111,16 @@ class Window:
                 warnings.filterwarnings("ignore", message=f".*{text}")
             # with_modules: the "modules" of --full; on the H100 it also made the session cheaper, not dearer
             # (GPT-2: 1.32x against 1.75x for CPU ops alone; see docs/collection.md).
+            extra: dict[str, Any] = {}
+            cfg_cls = getattr(getattr(torch._C, "_profiler", None), "_ExperimentalConfig", None)
+            if self.kind == "timing" and os.environ.get(ENV_TIMING_EXTCORR, "1") == "0" and cfg_cls is not None:
+                try:
+                    extra["experimental_config"] = cfg_cls(disable_external_correlation=True)
+                    self.external_correlation = False
+                except TypeError:  # a PyTorch without the option
+                    pass
             self.prof = torch.profiler.profile(activities=self._activities(), record_shapes=full, with_stack=full,
-                                               profile_memory=full, with_modules=full)
+                                               profile_memory=full, with_modules=full, **extra)
         if self.kind in ("attribution", "full", "cpu"):
             if compiled_code_in_use(torch):
                 self.ranges_note = "module ranges off: torch.compile graphs in use (hooks would force recompiles)"
@@ -177,6 +194,7 @@ class Window:
             "cpu_events": self.cpu_events,
             "ops": self.ops,
             "op_scopes": self.scopes,
+            "external_correlation": self.external_correlation,
             "shapes_stacks_memory": self.kind == "full",
             "module_ranges": self.ranges is not None,
             "module_ranges_fast": bool(self.ranges and self.ranges.fast),
