@@ -137,3 +137,11 @@ def test_html_report_is_self_contained_and_lists_findings(tmp_path: Path) -> Non
     c = Check()
     c.feed(text)
     assert c.stack == []
+
+
+@pytest.mark.parametrize("argv", [["analyze", "x.json", "--json"], ["analyze", "--no-such-option"],
+                                  ["occupancy", "--cc", "9.0", "--block-size", "many"], ["no-such-command"]])
+def test_usage_errors_print_click_s_message_not_a_traceback(argv: list[str], capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Error" in err and "Traceback" not in err

@@ -68,13 +68,23 @@ def main(argv: list[str] | None = None) -> int:
         print("dnnprof: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        import click
-
-        if isinstance(e, click.ClickException):
+        if isinstance(e, _click_exceptions()):  # a usage error: click's own message, exit 2
             e.show()
             return e.exit_code
         raise
     return rc if isinstance(rc, int) else 0
+
+
+def _click_exceptions() -> tuple[type[Exception], ...]:
+    """click's usage-error base class: typer >= 0.2x carries its own copy of click (``typer._click``), older typer
+    uses the ``click`` package; either may raise."""
+    found: list[type[Exception]] = []
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            found.append(importlib.import_module(module).ClickException)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
 
 
 if __name__ == "__main__":
