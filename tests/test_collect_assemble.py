@@ -176,6 +176,9 @@ def test_summary_extras_from_collector_results(tmp_path: Path) -> None:
     assert t["steps"] == 1 and t["items_per_step"] == 4096
     assert t["items_per_s"] == pytest.approx(4096 / (dur / 1e9), rel=1e-6)
     assert t["step_time_median_us"] == pytest.approx(dur / 1000, abs=1e-3)
+    base = [col["step_end_ns"][i] - col["step_start_ns"][i] for i in (2, 3)]  # the unprofiled steps of the plan
+    assert t["unprofiled_steps"] == 2 and t["unprofiled_step_time_median_us"] == pytest.approx(sum(base) / 2000)
+    assert t["unprofiled_items_per_s"] == pytest.approx(2 * 4096 / (sum(base) / 1e9), rel=1e-6)
     assert extras["samples"]["metrics"]["sm_active_pct"]["mean"] == 72.5
     assert extras["samples"]["metrics"]["gpu_util_pct"]["n"] == 1
     mem = extras["memory"]

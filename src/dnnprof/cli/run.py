@@ -82,6 +82,11 @@ def report(result: Any, quiet: bool = False) -> None:
         line = f"{t['steps']} steps profiled, step time median {t['step_time_median_us'] / 1000:.2f} ms"
         if t.get("items_per_s") is not None:
             line += f", {t['items_per_s']:.1f} {t.get('unit') or 'items/s'}"
+        if t.get("unprofiled_step_time_median_us"):
+            line += f" (unprofiled: {t['unprofiled_step_time_median_us'] / 1000:.2f} ms"
+            if t.get("unprofiled_items_per_s") is not None:
+                line += f", {t['unprofiled_items_per_s']:.1f} {t.get('unit') or 'items/s'}"
+            line += ")"
         if o.get("dilation") is not None:
             line += f", profiler dilation {o['dilation']:.3f}x vs {o['baseline']['count']} unprofiled steps"
         say(line)

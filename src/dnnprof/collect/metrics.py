@@ -61,7 +61,8 @@ def overhead(col: dict[str, Any]) -> dict[str, Any]:
     if not len(attrib) and len(_window(col, "timing")):
         attrib = _window(col, "full")  # --full on a GPU: the full-detail window joined onto the timed one
     post = range(*plan.get("post_baseline", [0, 0]))
-    base = [dur[i] for i in [*pre, *post] if i in dur]
+    base_steps = baseline_steps(col)
+    base = [dur[i] for i in base_steps]
     timed = [dur[i] for i in timed_window(col) if i in dur]
     att = [dur[i] for i in attrib if i in dur]
     b, t, a = _stats(base), _stats(timed), _stats(att)
@@ -69,7 +70,7 @@ def overhead(col: dict[str, Any]) -> dict[str, Any]:
     ratio = (t["median_us"] / b["median_us"]) if b["median_us"] and t["median_us"] else None
     aratio = (a["median_us"] / b["median_us"]) if b["median_us"] and a["median_us"] else None
     return {
-        "baseline_steps": [i for i in [*pre, *post] if i in dur],
+        "baseline_steps": base_steps,
         "baseline": b,
         "profiled": t,
         "attribution": a,
@@ -90,8 +91,18 @@ def boundary_gaps(col: dict[str, Any]) -> dict[int, int]:
     return {i: int(starts[i + 1] - ends[i]) for i in range(min(len(ends), len(starts) - 1))}
 
 
+def baseline_steps(col: dict[str, Any]) -> list[int]:
+    """The unprofiled steps of the plan (before and after the windows) that completed."""
+    dur = step_durations(col)
+    plan = col.get("plan", {})
+    return [i for i in [*range(*plan.get("pre_baseline", [0, 0])), *range(*plan.get("post_baseline", [0, 0]))]
+            if i in dur]
+
+
 def throughput(col: dict[str, Any], workload: dict[str, Any] | None) -> dict[str, Any]:
-    """Items per second over the timed steps (items from the workload or from ``dnnprof.step(items=…)``)."""
+    """Items per second over the timed steps (items from the workload or from ``dnnprof.step(items=…)``), and the
+    same over the unprofiled baseline steps of the run (``unprofiled_*``: what the job does without dnnprof, read
+    from few steps; None when there are none)."""
     dur = step_durations(col)
     steps = [i for i in timed_window(col) if i in dur]
     total_ns = sum(dur[i] for i in steps)
@@ -115,6 +126,16 @@ def throughput(col: dict[str, Any], workload: dict[str, Any] | None) -> dict[str
         "items_from": ("workload" if workload and workload.get("items_per_step") else
                        ("dnnprof.step(items=…) or DataLoader batches" if per_step else None)),
     }
+    base = baseline_steps(col)
+    b = _stats([dur[i] for i in base])
+    base_items = [items[i] for i in base if i < len(items) and items[i] is not None]
+    if workload and workload.get("items_per_step"):
+        base_items = [int(workload["items_per_step"])] * len(base)
+    base_ns = sum(dur[i] for i in base)
+    out["unprofiled_steps"] = len(base)
+    out["unprofiled_step_time_median_us"] = b["median_us"]
+    out["unprofiled_items_per_s"] = (round(sum(base_items) / (base_ns / 1e9), 3)
+                                     if base and len(base_items) == len(base) and base_ns else None)
     if per_step and len(per_step) == len(steps) and total_ns:
         out["items_per_s"] = round(sum(per_step) / (total_ns / 1e9), 3)
     elif not per_step:
