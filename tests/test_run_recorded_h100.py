@@ -1,0 +1,66 @@
+"""A real default-mode run directory from an H100, assembled again here: the launch-order join, step assignment and
+summary of today's code against what the GPU run wrote.
+
+``tests/data/run_gpt2_infer_h100``: ``dnnprof profile gpt2 --mode infer --precision amp-bf16 --batch-size 8
+--warmup-steps 3 --steps 10`` as a profile point of ``benchmarks/gpu/workload_table.py`` (NVIDIA H100 80GB HBM3,
+PyTorch 2.11.0+cu130, transformers GPT-2 124M, 2026-11-26): the collector's results, the NVML/GPM samples, the
+timing and attribution traces, and the summary.json it wrote (``expected_summary.json``); local paths removed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dnnprof.analysis.summary import summarize
+from dnnprof.collect import metrics
+from dnnprof.collect.assemble import assemble, load_collector
+
+RUN = Path(__file__).parent / "data" / "run_gpt2_infer_h100"
+
+
+@pytest.fixture(scope="module")
+def assembled(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    run = tmp_path_factory.mktemp("run") / "run"
+    shutil.copytree(RUN, run)
+    col = load_collector(run)
+    profile, info = assemble(run, col)
+    return col, profile, info, json.loads((RUN / "expected_summary.json").read_text())
+
+
+def test_every_timed_kernel_joins_its_op_and_layer(assembled: tuple) -> None:
+    _, profile, info, _ = assembled
+    att = info["attribution"]
+    assert att["timed_steps"] == list(range(3, 13)) and att["attribution_steps"] == [14, 15]
+    assert att["kernels_in_timed_steps"] == 3650 and att["matched_kernels_pct"] == 100.0
+    assert {s["kernels"] for s in att["per_step"]} == {365}
+    k = profile.tables["kernels"]
+    timed = k["step"] >= 3
+    assert timed.sum() == 3650 and (k["op_row"][timed] >= 0).all()
+
+
+def test_the_summary_is_the_one_the_gpu_run_wrote(assembled: tuple) -> None:
+    _, profile, _, expected = assembled
+    s = summarize(profile)
+    assert s["gpu"] == expected["gpu"]
+    assert s["steps"] == expected["steps"]
+    assert s["attribution"] == expected["attribution"]
+    assert len(s["layers"]) == len(expected["layers"]) == 113
+    assert [(k["name"], k["calls"], k["layer"], k["phase"]) for k in s["kernels"]] == \
+        [(k["name"], k["calls"], k["layer"], k["phase"]) for k in expected["kernels"]]
+    assert s["gpu"]["busy_pct"] == 89.19 and s["gpu"]["tensor_core_pct"] == 44.83
+
+
+def test_the_run_extras_are_the_ones_the_gpu_run_wrote(assembled: tuple) -> None:
+    col, _, _, expected = assembled
+    samples = json.loads((RUN / "samples.json").read_text())
+    extras = metrics.run_extras(col, samples)
+    for key in ("samples", "memory", "overhead"):
+        assert extras[key] == expected[key], key
+    t = extras["throughput"]
+    assert {k: v for k, v in t.items() if not k.startswith("unprofiled")} == expected["throughput"]
+    assert t["unprofiled_steps"] == len(expected["overhead"]["baseline_steps"])
+    assert t["unprofiled_step_time_median_us"] == expected["overhead"]["baseline"]["median_us"]
