@@ -147,3 +147,54 @@ def test_script_that_ends_before_the_window(tmp_path: Path) -> None:
     ctl.finalize()
     col = json.loads((tmp_path / "collector.json").read_text())
     assert col["status"] == "too_few_steps" and col["steps_completed"] == 2 and col["windows"] == []
+
+
+def test_a_built_in_workload_warms_up_until_its_steps_settle(tmp_path: Path, fake_cuda: None,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps that get faster (GPU clocks, lazy kernels) push the window back until two medians agree."""
+    import time
+
+    from dnnprof.collect import schedule
+    from dnnprof.collect.controller import Controller
+
+    monkeypatch.setattr(schedule, "STEADY_MIN_WARMUP_S", 0.05)
+    cfg = CollectorConfig(warmup_steps=3, steps=2, attribution_steps=1, baseline_after_steps=1, nvml=False,
+                          warmup_until_steady=True)
+    ctl = Controller(torch, tmp_path, cfg)
+    ctl.install()
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    pace_ms = [40, 40, 40, 30, 20, 10] + [5] * 40  # per optimizer step: slow at first, then steady
+    try:
+        for ms in pace_ms:
+            time.sleep(ms / 1000)
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            if ctl.done:
+                break
+    finally:
+        ctl.uninstall()
+    ctl.finalize()
+    col = json.loads((tmp_path / "collector.json").read_text())
+    w = col["warmup"]
+    assert w["requested_steps"] == 3 and w["until_steady"] and w["reason"] == "steady"
+    assert w["steps"] >= 8, w  # past the slow steps, and the 5 ms steps agree with the ones before them
+    timing = next(x for x in col["windows"] if x["kind"] == "timing")
+    assert timing["first_step"] == w["steps"] == col["plan"]["warmup"]
+    assert any(n.startswith("warmed up") for n in col["notes"])
+    assert col["status"] == "complete"
+
+
+def test_a_script_keeps_the_warm_up_it_asked_for(tmp_path: Path, fake_cuda: None) -> None:
+    from dnnprof.collect.controller import Controller
+
+    cfg = CollectorConfig(warmup_steps=3, steps=2, attribution_steps=1, baseline_after_steps=1, nvml=False)
+    ctl = Controller(torch, tmp_path, cfg)
+    ctl.install()
+    try:
+        _train(ctl, 30)
+    finally:
+        ctl.uninstall()
+    ctl.finalize()
+    col = json.loads((tmp_path / "collector.json").read_text())
+    assert col["warmup"] == {"requested_steps": 3, "steps": 3, "until_steady": False, "reason": "requested"}

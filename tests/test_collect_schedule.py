@@ -75,3 +75,22 @@ def test_config_round_trips_through_json(tmp_path) -> None:
     cfg = CollectorConfig(mode="full", steps=7, step_marker="train_step", workload={"name": "gpt2-tiny"})
     (tmp_path / "collector_config.json").write_text(cfg.to_json())
     assert CollectorConfig.load(tmp_path) == cfg
+
+
+MS = 1_000_000
+
+
+def test_warm_up_waits_for_time_and_settled_steps() -> None:
+    from dnnprof.collect.schedule import STEADY_MAX_EXTRA_S, STEADY_MAX_EXTRA_STEPS, warm
+
+    steady = [10 * MS] * 8
+    assert warm(steady, 2000 * MS, 0, 0) == (True, "steady")
+    assert warm(steady, 500 * MS, 0, 0) == (False, "short")  # under a second since step 1
+    # The resnet50 inference profile on an H100: steps still twice as slow as later ones.
+    assert warm([20 * MS, 19 * MS, 12 * MS, 11 * MS], 2000 * MS, 0, 0) == (False, "changing")
+    assert warm([20 * MS, 19 * MS, 12 * MS, 11 * MS, 11 * MS, 11 * MS, 11 * MS], 2000 * MS, 3, 0)[0]
+    assert warm([10 * MS, 10.5 * MS, 11 * MS, 10 * MS], 2000 * MS, 0, 0) == (True, "steady")  # within 10 %
+    assert warm([10 * MS], 2000 * MS, 0, 0) == (False, "changing")  # too few steps to tell
+    # Never forever: a run that keeps changing starts its window at the limit.
+    assert warm([10 * MS, 20 * MS] * 4, 2000 * MS, STEADY_MAX_EXTRA_STEPS, 0) == (True, "cap")
+    assert warm([10 * MS, 20 * MS] * 4, 2000 * MS, 3, int(STEADY_MAX_EXTRA_S * 1e9)) == (True, "cap")

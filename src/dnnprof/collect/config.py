@@ -37,6 +37,8 @@ class CollectorConfig:
         counters: hardware counters were requested (Nsight Compute, run separately).
         counters_step: in ``counters`` mode (the ncu pass), the step wrapped in the NVTX range ncu filters on.
         workload: the workload name and config when run by ``dnnprof profile``.
+        warmup_until_steady: keep warming up past ``warmup_steps`` until step times settle
+            (``schedule.warm``); set for built-in workloads, whose loop runs as long as the collector needs.
     """
 
     mode: str = "default"
@@ -53,6 +55,7 @@ class CollectorConfig:
     counters: bool = False
     counters_step: int | None = None
     workload: dict[str, Any] | None = field(default=None)
+    warmup_until_steady: bool = False
 
     def validate(self) -> CollectorConfig:
         """Raise ``ValueError`` naming the bad setting and what is allowed."""

@@ -23,7 +23,7 @@ from typing import Any
 from dnnprof.collect.config import RESULT_FILE, SAMPLES_FILE, CollectorConfig, write_json_atomic
 from dnnprof.collect.environment import environment, run_settings
 from dnnprof.collect.memory import StepMemory, static_breakdown
-from dnnprof.collect.schedule import Plan
+from dnnprof.collect.schedule import Plan, warm
 from dnnprof.collect.stepdetect import PRIORITY, DataLoaderItems, DataLoaderSteps, MarkerSteps, OptimizerSteps
 from dnnprof.collect.windows import Window
 
@@ -42,6 +42,9 @@ class Controller:
         # short window after them: ops and module ranges (default), or shapes, stacks and memory events (--full).
         attribution = config.attribution_steps if config.mode in ("default", "full") else 0
         self.plan = Plan(config.warmup_steps, config.steps, attribution, config.baseline_after_steps)
+        #: How the warm-up ended (``warmup_until_steady``): steps asked for and used, and why it stopped.
+        self.warmup: dict[str, Any] = {"requested_steps": config.warmup_steps, "steps": config.warmup_steps,
+                                       "until_steady": config.warmup_until_steady, "reason": "requested"}
         self.source: str | None = None
         self.completed = 0
         self.start_ns: list[int] = [time.time_ns()]
@@ -52,6 +55,7 @@ class Controller:
         self.pending: Window | None = None
         self.cpu_window: Window | None = None  # the window whose ProfilerStep ranges are open
         self.sampler: Any = None
+        self._sampling_tried = False
         self.stacks: Any = None
         self.mem: StepMemory | None = None
         self.mem_steps: dict[str, list[int]] = {"step": [], "peak_allocated_bytes": [], "peak_reserved_bytes": []}
@@ -180,6 +184,8 @@ class Controller:
                     self._counters_boundary(k)
                     return
                 self._memory(step, k)
+                if k == self.plan.warmup and self.cfg.warmup_until_steady:
+                    self._extend_warmup(k, t_enter)
                 for action in self.plan.actions(k):
                     getattr(self, f"_{action}")(k)
                 if self.cpu_window is not None and self.cpu_window.running and not self.done:
@@ -190,6 +196,27 @@ class Controller:
                 self._busy = False
                 if accepted:
                     self.start_ns.append(time.time_ns())
+
+    def _extend_warmup(self, k: int, now_ns: int) -> None:
+        """At the boundary where the window would start: one more warm-up step while step times still change
+        (on a GPU: its clocks, library heuristics and lazily loaded kernels are what settles)."""
+        if not self._cuda_in_use():
+            self.warmup["reason"] = "no GPU in use"
+            return
+        durations = [self.end_ns[i] - self.start_ns[i] for i in range(1, k)]
+        requested_end = self.warmup.get("requested_end_ns")
+        if k == self.cfg.warmup_steps:
+            self.warmup["requested_end_ns"] = requested_end = now_ns
+        done, why = warm(durations, now_ns - self.start_ns[1] if k > 1 else 0, k - self.cfg.warmup_steps,
+                         now_ns - (requested_end or now_ns))
+        if done:
+            self.warmup.update(steps=k, reason=why)
+            self.warmup.pop("requested_end_ns", None)
+            if k > self.cfg.warmup_steps:
+                self.notes.append(f"warmed up {k} steps (asked for {self.cfg.warmup_steps}): step times were still "
+                                  f"changing{'; stopped at the limit' if why == 'cap' else ''}")
+            return
+        self.plan = replace(self.plan, warmup=k + 1)
 
     def _memory(self, step: int, k: int) -> None:
         if self.mem is None and k == self.plan.sampling_start and self._cuda_in_use():
@@ -205,6 +232,9 @@ class Controller:
 
     # --- actions (named after schedule.ACTIONS) ------------------------------------------------------------
     def _start_sampling(self, k: int) -> None:
+        if self._sampling_tried:  # a longer warm-up moved the plan's sampling start: it was started already
+            return
+        self._sampling_tried = True
         if not self.cfg.nvml:
             self.notes.append("NVML sampling turned off")
             return
@@ -369,6 +399,7 @@ class Controller:
                      "pre_baseline": [self.plan.pre_baseline.start, self.plan.pre_baseline.stop],
                      "post_baseline": [self.plan.post_baseline.start, self.plan.post_baseline.stop]},
             "step_source": self.source,
+            "warmup": {k: v for k, v in self.warmup.items() if k != "requested_end_ns"},
             "steps_completed": self.completed,
             "step_start_ns": self.start_ns[: len(self.end_ns)],
             "step_end_ns": self.end_ns,

@@ -248,6 +248,7 @@ def profile_workload(
     resolved = WorkloadConfig.from_dict(knobs).resolve(spec)
     info = {"name": workload, "config": resolved.as_dict(), "unit": spec.unit}
     config.workload = info
+    config.warmup_until_steady = True  # the workload's loop runs as long as the collector needs
     command = [python or sys.executable, "-m", "dnnprof.collect.workload_main", "--workload", workload,
                "--knobs", json.dumps(resolved.as_dict())]
     return run_command(command, config, name=workload, out=out, root=root, summarize=summarize, workload=info,

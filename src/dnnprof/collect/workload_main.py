@@ -47,11 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     if ctl is not None:
         info = {**workload.describe(), "name": workload.spec.name}
         ctl.set_workload(info, list(workload.modules()), list(workload.optimizers))
-        limit = ctl.plan.total_steps + 1
     with workload:
         done = 0
         previous = workload.items_processed
-        while done < limit:
+        while done < (limit if ctl is None else ctl.plan.total_steps + 1):  # a steady warm-up extends the plan
             workload.step()
             items = workload.items_processed - previous
             previous = workload.items_processed
