@@ -18,8 +18,12 @@ def analyze(
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here (with "
                                                            "a roofline chart when there are Nsight Compute counters; "
                                                            "also for an ncu file)."),
+    perfetto: Path | None = typer.Option(None, "--perfetto", help="Write a trace for ui.perfetto.dev here (.json or "
+                                                                  ".json.gz): host ops, GPU streams named by layer, "
+                                                                  "launch flows, steps, counter tracks."),
     rank: int = typer.Option(0, "--rank", help="Rank to report on in a multi-GPU trace."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json, --html or --save)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json, --html, --perfetto "
+                                                             "or --save)."),
 ) -> None:
     """Kernels, layers, phases, GPU busy/idle and findings of an existing trace."""
     from dnnprof.analysis.summary import analyse, summary_of
@@ -52,6 +56,10 @@ def analyze(
 
         html.parent.mkdir(parents=True, exist_ok=True)
         html.write_text(render_html(doc, top=max(top, 30)), encoding="utf-8")
+    if perfetto is not None:
+        from dnnprof.render.perfetto import perfetto_trace, write_perfetto
+
+        write_perfetto(perfetto_trace(analysis.profile, rank=rank, attribution=analysis.attribution), perfetto)
     if not quiet and str(json_out) != "-":
         from dnnprof.render.terminal import render
 

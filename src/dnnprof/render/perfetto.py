@@ -1,0 +1,189 @@
+"""A profile as a trace for the Perfetto UI (ui.perfetto.dev) or chrome://tracing, with counter tracks.
+
+One rank per file. Tracks, in the Chrome trace event format (JSON; Perfetto imports it as is):
+
+* process ``rank R · host``: one thread per host thread with its CPU ops (nested by time) and CUDA runtime/driver
+  calls, and a ``steps`` thread with one slice per iteration;
+* process ``rank R · GPU D``: one thread per CUDA stream with its kernels, copies and memsets. A kernel's slice is
+  named by its short name and carries its layer, phase, launching op, grid, block, registers, shared memory and
+  its Nsight Compute counters when the profile has them; a flow arrow joins each launch call to its kernel;
+* counter tracks on the GPU process: every sampled metric (NVML/GPM: ``gpu_util_pct``, ``sm_active_pct``,
+  ``power_w`` …) and the caching allocator's allocated/reserved bytes from the memory events.
+
+Times are microseconds from the rank's first event (``displayTimeUnit`` ns keeps the nanoseconds).
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from dnnprof.analysis.attribution import PHASES, Attribution
+from dnnprof.analysis.kernel_names import short_name
+from dnnprof.model.profile import Profile
+
+HOST_PID, GPU_PID = 1, 100
+STEPS_TID = -1
+#: ``args`` keys of a kernel slice, from the kernels table.
+_KERNEL_ARGS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "shared_memory_bytes",
+                "correlation", "step")
+
+
+def _pid_gpu(device: int) -> int:
+    return GPU_PID + max(int(device), 0)
+
+
+def _rows(t: dict[str, np.ndarray], rank: int) -> np.ndarray:
+    return np.flatnonzero(t["rank"] == rank) if t["rank"].size else np.zeros(0, dtype=np.int64)
+
+
+def _origin_ns(profile: Profile, rank: int) -> int:
+    starts = [profile.tables[name]["start_ns"][_rows(profile.tables[name], rank)]
+              for name in ("ops", "runtime", "kernels", "memcpy", "memset", "steps")]
+    starts += [profile.tables[name]["ts_ns"][_rows(profile.tables[name], rank)] for name in ("samples",)]
+    valid = [s[s > 0] for s in starts if s.size]
+    valid = [s for s in valid if s.size]
+    return int(min(s.min() for s in valid)) if valid else 0
+
+
+class _Builder:
+    def __init__(self, profile: Profile, rank: int) -> None:
+        self.p, self.rank = profile, rank
+        self.t0 = _origin_ns(profile, rank)
+        self.events: list[dict[str, Any]] = []
+        self.threads: set[tuple[int, int]] = set()
+
+    def us(self, ns: Any) -> float:
+        return round((int(ns) - self.t0) / 1000.0, 3)
+
+    def slice(self, name: str, cat: str, pid: int, tid: int, start_ns: Any, dur_ns: Any,
+              args: dict[str, Any] | None = None) -> None:
+        self.threads.add((pid, tid))
+        ev: dict[str, Any] = {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": self.us(start_ns),
+                              "dur": round(max(int(dur_ns), 0) / 1000.0, 3)}
+        if args:
+            ev["args"] = args
+        self.events.append(ev)
+
+    def metadata(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        pids = sorted({pid for pid, _ in self.threads} | {e["pid"] for e in self.events if e["ph"] == "C"})
+        for pid in pids:
+            label = (f"rank {self.rank} · host" if pid == HOST_PID else f"rank {self.rank} · GPU {pid - GPU_PID}")
+            out.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}})
+            out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
+        for pid, tid in sorted(self.threads):
+            if pid == HOST_PID:
+                label = "steps" if tid == STEPS_TID else f"thread {tid}"
+            else:
+                label = f"stream {tid}"
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}})
+            out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                        "args": {"sort_index": -1 if tid == STEPS_TID else tid}})
+        return out
+
+
+def _steps(b: _Builder) -> None:
+    t = b.p.tables["steps"]
+    for i in _rows(t, b.rank):
+        b.slice(f"step {int(t['number'][i])}", "step", HOST_PID, STEPS_TID, t["start_ns"][i], t["dur_ns"][i],
+                {"number": int(t["number"][i])})
+
+
+def _host(b: _Builder) -> None:
+    for table, cat in (("ops", "cpu_op"), ("runtime", "cuda_runtime")):
+        t = b.p.tables[table]
+        rows = _rows(t, b.rank)
+        names = b.p.names(t["name_id"][rows]) if rows.size else []
+        for i, name in zip(rows.tolist(), names, strict=True):
+            args = {"step": int(t["step"][i])} if t["step"][i] >= 0 else None
+            b.slice(str(name), cat, HOST_PID, int(t["tid"][i]), t["start_ns"][i], t["dur_ns"][i], args)
+
+
+def _counters_by_kernel(p: Profile) -> dict[int, dict[str, float]]:
+    c = p.tables["counters"]
+    out: dict[int, dict[str, float]] = {}
+    if not c["kernel_row"].size:
+        return out
+    metrics = p.names(c["metric_id"])
+    for row, metric, value in zip(c["kernel_row"].tolist(), metrics, c["value"].tolist(), strict=True):
+        if row >= 0:
+            out.setdefault(row, {})[str(metric)] = value
+    return out
+
+
+def _gpu(b: _Builder, attribution: Attribution | None) -> None:
+    p = b.p
+    counters = _counters_by_kernel(p)
+    runtime = p.tables["runtime"]
+    flows = 0
+    for table, cat in (("kernels", "kernel"), ("memcpy", "gpu_memcpy"), ("memset", "gpu_memset")):
+        t = p.tables[table]
+        rows = _rows(t, b.rank)
+        if not rows.size:
+            continue
+        names = p.names(t["name_id"][rows])
+        for i, full in zip(rows.tolist(), names, strict=True):
+            full = str(full)
+            args: dict[str, Any] = {}
+            if table == "kernels":
+                args["name"] = full
+                args.update({k: int(t[k][i]) for k in _KERNEL_ARGS if k in t})
+                if attribution is not None and i < attribution.layer.size:
+                    args.update(layer=str(attribution.layer[i]), phase=PHASES[int(attribution.phase[i])],
+                                op=str(attribution.op_name[i]))
+                if i in counters:
+                    args["ncu"] = counters[i]
+            elif "bytes" in t:
+                args["bytes"] = int(t["bytes"][i])
+            pid, tid = _pid_gpu(t["device"][i]), int(t["stream"][i])
+            b.slice(short_name(full) if table == "kernels" else full, cat, pid, tid, t["start_ns"][i], t["dur_ns"][i],
+                    args)
+            launch = int(t["launch_row"][i])
+            if launch >= 0 and launch < runtime["start_ns"].size:
+                flows += 1
+                b.events.append({"ph": "s", "id": flows, "name": "launch", "cat": "launch", "pid": HOST_PID,
+                                 "tid": int(runtime["tid"][launch]), "ts": b.us(runtime["start_ns"][launch])})
+                b.events.append({"ph": "f", "bp": "e", "id": flows, "name": "launch", "cat": "launch", "pid": pid,
+                                 "tid": tid, "ts": b.us(t["start_ns"][i])})
+
+
+def _counter_tracks(b: _Builder) -> None:
+    p = b.p
+    s = p.tables["samples"]
+    rows = _rows(s, b.rank)
+    if rows.size:
+        metrics = p.names(s["metric_id"][rows])
+        for i, metric in zip(rows.tolist(), metrics, strict=True):
+            b.events.append({"ph": "C", "name": str(metric), "pid": _pid_gpu(s["device"][i]), "ts": b.us(s["ts_ns"][i]),
+                             "args": {"value": float(s["value"][i])}})
+    m = p.tables["memory_events"]
+    rows = _rows(m, b.rank)
+    rows = rows[m["device"][rows] >= 0] if rows.size else rows
+    for i in rows.tolist():
+        b.events.append({"ph": "C", "name": "cuda_memory_bytes", "pid": _pid_gpu(m["device"][i]),
+                         "ts": b.us(m["ts_ns"][i]),
+                         "args": {"allocated": int(m["total_allocated_bytes"][i]),
+                                  "reserved": int(m["total_reserved_bytes"][i])}})
+
+
+def perfetto_trace(profile: Profile, rank: int = 0, attribution: Attribution | None = None) -> dict[str, Any]:
+    """The trace document of one rank (see the module docstring); ``attribution`` names kernels' layers/phases."""
+    b = _Builder(profile, rank)
+    _steps(b)
+    _host(b)
+    _gpu(b, attribution)
+    _counter_tracks(b)
+    meta = {"rank": rank, "origin_ns": b.t0, "source": "dnnprof"}
+    return {"traceEvents": b.metadata() + b.events, "displayTimeUnit": "ns", "otherData": meta}
+
+
+def write_perfetto(doc: dict[str, Any], path: Path) -> None:
+    """Write the trace as JSON, gzip-compressed when ``path`` ends in ``.gz``."""
+    data = msgspec.json.encode(doc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(data, mtime=0) if path.suffix == ".gz" else data)

@@ -1,0 +1,68 @@
+"""``dnnprof analyze SOURCE --perfetto PATH``: the profile as a Perfetto trace, on real recorded data."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+from dnnprof.analysis.summary import analyse
+from dnnprof.cli.main import main
+from dnnprof.ingest.kineto import read_kineto
+from dnnprof.render.perfetto import GPU_PID, HOST_PID, perfetto_trace
+
+DATA = Path(__file__).parent / "data"
+GPT2 = DATA / "gpt2_bf16_train_h200" / "trace.json.gz"
+
+
+def test_every_row_becomes_a_slice_and_every_launch_a_flow(tmp_path: Path) -> None:
+    out = tmp_path / "gpt2.json.gz"
+    assert main(["analyze", str(GPT2), "--perfetto", str(out), "--quiet"]) == 0
+    events = json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
+    p = analyse(read_kineto(GPT2)).profile
+    cats = Counter(e.get("cat") for e in events if e["ph"] == "X")
+    assert cats == {"cpu_op": p.rows("ops"), "cuda_runtime": p.rows("runtime"), "kernel": p.rows("kernels"),
+                    "gpu_memset": p.rows("memset"), "step": p.rows("steps")} and p.rows("memcpy") == 0
+    starts = Counter(e["id"] for e in events if e["ph"] == "s")
+    ends = Counter(e["id"] for e in events if e["ph"] == "f")
+    launched = sum(int((p.tables[t]["launch_row"] >= 0).sum()) for t in ("kernels", "memcpy", "memset"))
+    assert starts == ends and len(starts) == launched > 2000
+    assert all(e["ts"] >= 0 and e.get("dur", 0) >= 0 for e in events if e["ph"] != "M")
+    names = {(e["pid"], e["args"]["name"]) for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {(HOST_PID, "rank 0 · host"), (GPU_PID, "rank 0 · GPU 0")}
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert all(e["pid"] == GPU_PID and e["args"]["name"] and e["args"]["phase"] in
+               ("forward", "backward", "optimizer", "other") for e in kernels)
+    attributed = [e for e in kernels if e["args"]["layer"]]
+    assert len(attributed) / len(kernels) > 0.9  # as the summary's attribution says for this trace
+    gemm = next(e for e in kernels if "gemm" in e["args"]["name"].lower() or "nvjet" in e["args"]["name"])
+    assert gemm["args"]["grid_x"] >= 1 and gemm["args"]["registers_per_thread"] > 0
+
+
+def test_sampled_metrics_become_counter_tracks(tmp_path: Path) -> None:
+    """The NVML/GPM samples of a real H100 run directory, on the trace clock of its kernels."""
+    from dnnprof.collect.assemble import assemble, load_collector
+
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "run_gpt2_infer_h100", run)
+    profile, _ = assemble(run, load_collector(run))
+    doc = perfetto_trace(profile)
+    counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    by_name = Counter(e["name"] for e in counters)
+    assert {"gpu_util_pct", "sm_active_pct", "power_w"} <= set(by_name), by_name
+    assert by_name["gpu_util_pct"] == int((profile.tables["samples"]["metric_id"]
+                                           == profile.string_id("gpu_util_pct")).sum())
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    first, last = min(e["ts"] for e in kernels), max(e["ts"] + e["dur"] for e in kernels)
+    inside = [e for e in counters if e["name"] == "gpu_util_pct" and first <= e["ts"] <= last]
+    assert inside and all(0 <= e["args"]["value"] <= 100 for e in inside)  # NVML every 50 ms, ~117 ms of kernels
+
+
+def test_memory_events_become_an_allocator_track() -> None:
+    profile = read_kineto(DATA / "cpu_mlp_memory" / "trace.json.gz")
+    doc = perfetto_trace(profile)
+    mem = [e for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "cuda_memory_bytes"]
+    device = profile.tables["memory_events"]["device"]
+    assert len(mem) == int((device >= 0).sum())
