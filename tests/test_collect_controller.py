@@ -57,6 +57,20 @@ def _train(ctl: Any, iterations: int) -> int:
     return done
 
 
+def _collect(tmp_path: Path, cfg: CollectorConfig, loop: Any) -> dict[str, Any]:
+    """Run ``loop(ctl)`` under a controller; the collector's results."""
+    from dnnprof.collect.controller import Controller
+
+    ctl = Controller(torch, tmp_path, cfg)
+    ctl.install()
+    try:
+        loop(ctl)
+    finally:
+        ctl.uninstall()
+    ctl.finalize()
+    return json.loads((tmp_path / "collector.json").read_text())
+
+
 def test_default_mode_sequence_and_join(tmp_path: Path, fake_cuda: None) -> None:
     from dnnprof.collect.controller import Controller
 
@@ -136,16 +150,7 @@ def test_explicit_steps_win_over_optimizer_steps(tmp_path: Path) -> None:
 
 
 def test_script_that_ends_before_the_window(tmp_path: Path) -> None:
-    from dnnprof.collect.controller import Controller
-
-    ctl = Controller(torch, tmp_path, CollectorConfig(warmup_steps=5, steps=5, nvml=False))
-    ctl.install()
-    try:
-        _train(ctl, 3)
-    finally:
-        ctl.uninstall()
-    ctl.finalize()
-    col = json.loads((tmp_path / "collector.json").read_text())
+    col = _collect(tmp_path, CollectorConfig(warmup_steps=5, steps=5, nvml=False), lambda ctl: _train(ctl, 3))
     assert col["status"] == "too_few_steps" and col["steps_completed"] == 2 and col["windows"] == []
 
 
@@ -155,27 +160,22 @@ def test_a_built_in_workload_warms_up_until_its_steps_settle(tmp_path: Path, fak
     import time
 
     from dnnprof.collect import schedule
-    from dnnprof.collect.controller import Controller
 
     monkeypatch.setattr(schedule, "STEADY_MIN_WARMUP_S", 0.05)
     cfg = CollectorConfig(warmup_steps=3, steps=2, attribution_steps=1, baseline_after_steps=1, nvml=False,
                           warmup_until_steady=True)
-    ctl = Controller(torch, tmp_path, cfg)
-    ctl.install()
     model = torch.nn.Linear(4, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    pace_ms = [40, 40, 40, 30, 20, 10] + [5] * 40  # per optimizer step: slow at first, then steady
-    try:
-        for ms in pace_ms:
+
+    def slow_then_steady(ctl: Any) -> None:
+        for ms in [40, 40, 40, 30, 20, 10] + [5] * 40:  # per optimizer step
             time.sleep(ms / 1000)
             model(torch.randn(2, 4)).sum().backward()
             opt.step()
             if ctl.done:
                 break
-    finally:
-        ctl.uninstall()
-    ctl.finalize()
-    col = json.loads((tmp_path / "collector.json").read_text())
+
+    col = _collect(tmp_path, cfg, slow_then_steady)
     w = col["warmup"]
     assert w["requested_steps"] == 3 and w["until_steady"] and w["reason"] == "steady"
     assert w["steps"] >= 8, w  # past the slow steps, and the 5 ms steps agree with the ones before them
@@ -186,15 +186,6 @@ def test_a_built_in_workload_warms_up_until_its_steps_settle(tmp_path: Path, fak
 
 
 def test_a_script_keeps_the_warm_up_it_asked_for(tmp_path: Path, fake_cuda: None) -> None:
-    from dnnprof.collect.controller import Controller
-
     cfg = CollectorConfig(warmup_steps=3, steps=2, attribution_steps=1, baseline_after_steps=1, nvml=False)
-    ctl = Controller(torch, tmp_path, cfg)
-    ctl.install()
-    try:
-        _train(ctl, 30)
-    finally:
-        ctl.uninstall()
-    ctl.finalize()
-    col = json.loads((tmp_path / "collector.json").read_text())
+    col = _collect(tmp_path, cfg, lambda ctl: _train(ctl, 30))
     assert col["warmup"] == {"requested_steps": 3, "steps": 3, "until_steady": False, "reason": "requested"}
