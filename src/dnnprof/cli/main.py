@@ -14,6 +14,7 @@ from dnnprof.cli.errors import UserError
 #: cheaply (torch, pyarrow and friends are imported inside the command body).
 COMMANDS = [
     "analyze",
+    "diff",
     "device",
     "occupancy",
     "run",

@@ -12,7 +12,7 @@ from rich.text import Text
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
 
-def _ms(us: float | None) -> str:
+def us_text(us: float | None) -> str:
     if us is None:
         return "-"
     if us >= 1000:
@@ -24,7 +24,7 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}%"
 
 
-def _bytes(n: float | None) -> str:
+def bytes_text(n: float | None) -> str:
     if n is None:
         return "-"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -43,23 +43,23 @@ def _header(doc: dict[str, Any]) -> Panel:
     if dev.get("sm_count"):
         lines.append(f", {dev['sm_count']} SMs")
     if dev.get("memory_bytes"):
-        lines.append(f", {_bytes(dev['memory_bytes'])}")
+        lines.append(f", {bytes_text(dev['memory_bytes'])}")
     lines.append(f"\nsource: {doc['source'].get('path', '')} ({doc['source'].get('format', '')})\n")
     if steps["count"]:
         cv = f", CV {steps['cv_pct']:.1f}%" if steps.get("cv_pct") is not None else ""
-        lines.append(f"steps: {steps['count']} ({steps.get('source', '')}), mean {_ms(steps['mean_us'])}, "
-                     f"median {_ms(steps.get('median_us'))}{cv}\n")
+        lines.append(f"steps: {steps['count']} ({steps.get('source', '')}), mean {us_text(steps['mean_us'])}, "
+                     f"median {us_text(steps.get('median_us'))}{cv}\n")
     else:
         lines.append("steps: none found — the whole trace is one window\n", style="yellow")
     if not gpu.get("has_activity", True):
         lines.append("no GPU activity in this trace (CPU-only profile)", style="yellow")
         return Panel(lines, title="dnnprof", expand=False)
     lines.append(f"GPU busy {_pct(gpu['busy_pct'])}", style="bold")
-    lines.append(f" of {_ms(gpu['window_us'])}: kernels {_ms(gpu['kernel_us'])}, memcpy {_ms(gpu['memcpy_us'])}, "
-                 f"memset {_ms(gpu['memset_us'])}, idle {_ms(gpu['idle_us'])}\n")
+    lines.append(f" of {us_text(gpu['window_us'])}: kernels {us_text(gpu['kernel_us'])}, memcpy {us_text(gpu['memcpy_us'])}, "
+                 f"memset {us_text(gpu['memset_us'])}, idle {us_text(gpu['idle_us'])}\n")
     idle = gpu.get("idle_breakdown_us") or {}
     if gpu.get("idle_us"):
-        parts = ", ".join(f"{k.replace('_', ' ')} {_ms(v)}" for k, v in sorted(idle.items(), key=lambda kv: -kv[1])
+        parts = ", ".join(f"{k.replace('_', ' ')} {us_text(v)}" for k, v in sorted(idle.items(), key=lambda kv: -kv[1])
                           if v)
         lines.append(f"idle because: {parts}\n")
     lines.append(f"tensor cores: {_pct(gpu.get('tensor_core_pct'))} of kernel time; "
@@ -83,7 +83,7 @@ def _kernels(doc: dict[str, Any], top: int) -> Table:
     for col, just, width in columns:
         t.add_column(col, justify=just, no_wrap=True, overflow="ellipsis", max_width=width)
     for k in doc["kernels"][:top]:
-        cells = [_pct(k["pct"]), _ms(k["total_us"]), f"{k['calls']:,}", _ms(k["mean_us"]), _ms(k["max_us"]),
+        cells = [_pct(k["pct"]), us_text(k["total_us"]), f"{k['calls']:,}", us_text(k["mean_us"]), us_text(k["max_us"]),
                  k["family"], "✓" if k.get("tensor_core") else "", _pct(k.get(occ_key))]
         if counters:
             cells += [_pct(k.get("sm_throughput_pct")), _pct(k.get("memory_throughput_pct")), k.get("bound") or "-"]
@@ -97,11 +97,11 @@ def _memory_events(m: dict[str, Any]) -> str:
         dev = d.get("device")
         return f"{d.get('device_type') or '?'}" + (f":{dev}" if isinstance(dev, int) and dev >= 0 else "")
 
-    per = "; ".join(f"{where(d)} peak {_bytes(d.get('peak_total_allocated_bytes'))} allocated, "
-                    f"{_bytes(d.get('peak_total_reserved_bytes'))} reserved" for d in m.get("devices", []))
+    per = "; ".join(f"{where(d)} peak {bytes_text(d.get('peak_total_allocated_bytes'))} allocated, "
+                    f"{bytes_text(d.get('peak_total_reserved_bytes'))} reserved" for d in m.get("devices", []))
     big = (m.get("largest_allocations") or [{}])[0]
-    where = f" (largest {_bytes(big.get('bytes'))} by {big.get('op') or '?'})" if big.get("bytes") else ""
-    return (f"memory events: {m['events']:,} ({m['allocations']:,} allocations, {_bytes(m['allocated_bytes'])}; "
+    where = f" (largest {bytes_text(big.get('bytes'))} by {big.get('op') or '?'})" if big.get("bytes") else ""
+    return (f"memory events: {m['events']:,} ({m['allocations']:,} allocations, {bytes_text(m['allocated_bytes'])}; "
             f"{m['frees']:,} frees){where}; {per}")
 
 
@@ -112,7 +112,7 @@ def _groups(title: str, rows: list[dict[str, Any]], key: str, top: int, calls_ke
     t.add_column("Kernels", justify="right")
     t.add_column("Name", overflow="fold", max_width=70)
     for r in rows[:top]:
-        t.add_row(_pct(r["pct"]), _ms(r["total_us"]), f"{r[calls_key]:,}", r[key])
+        t.add_row(_pct(r["pct"]), us_text(r["total_us"]), f"{r[calls_key]:,}", r[key])
     return t
 
 
@@ -122,7 +122,7 @@ def _phases(doc: dict[str, Any]) -> Table:
     t = Table(title="Phases (kernel time)", title_justify="left", expand=False)
     for name in ("forward", "backward", "optimizer", "other"):
         t.add_column(name, justify="right")
-    t.add_row(*(f"{_ms(ph[f'{n}_us'])} ({100 * ph[f'{n}_us'] / total:.0f}%)"
+    t.add_row(*(f"{us_text(ph[f'{n}_us'])} ({100 * ph[f'{n}_us'] / total:.0f}%)"
                 for n in ("forward", "backward", "optimizer", "other")))
     return t
 
@@ -132,7 +132,7 @@ def _memcpy(doc: dict[str, Any]) -> Table:
     for col in ("Kind", "Host memory", "Count", "Bytes", "Total"):
         t.add_column(col, justify="right" if col in ("Count", "Bytes", "Total") else "left")
     for m in doc["memcpy"]:
-        t.add_row(m["kind"], m.get("host_memory") or "-", f"{m['count']:,}", _bytes(m["bytes"]), _ms(m["total_us"]))
+        t.add_row(m["kind"], m.get("host_memory") or "-", f"{m['count']:,}", bytes_text(m["bytes"]), us_text(m["total_us"]))
     return t
 
 
@@ -142,7 +142,7 @@ def _host_ops(doc: dict[str, Any], top: int) -> Table:
         t.add_column(col, justify="left" if col == "Op" else "right", no_wrap=True, overflow="ellipsis",
                      max_width=70 if col == "Op" else None)
     for r in doc["host_ops"][:top]:
-        t.add_row(_pct(r["self_pct"]), _ms(r["self_us"]), _ms(r["total_us"]), f"{r['calls']:,}", r["name"])
+        t.add_row(_pct(r["self_pct"]), us_text(r["self_us"]), us_text(r["total_us"]), f"{r['calls']:,}", r["name"])
     return t
 
 

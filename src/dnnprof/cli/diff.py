@@ -1,0 +1,69 @@
+"""``dnnprof diff BASE NEW``: what changed between two runs (step time, GPU busy, families, layers, kernels,
+findings), per step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from dnnprof.cli.errors import UserError
+
+
+def load_summary(path: Path, rank: int = 0) -> dict[str, Any]:
+    """The ``dnnprof.summary/1`` document of ``path``: a summary JSON as written by ``analyze --json``, a run
+    directory (its summary.json, with throughput and memory), or anything ``dnnprof analyze`` reads."""
+    if path.is_dir() and (path / "summary.json").is_file():
+        path = path / "summary.json"
+    if path.is_file() and path.suffix == ".json" and path.stat().st_size < 64 << 20:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            doc = None
+        if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("dnnprof.summary/"):
+            return doc
+    from dnnprof.analysis.rules import findings_from_analysis
+    from dnnprof.analysis.summary import analyse, summary_of
+    from dnnprof.ingest.detect import open_profile
+    from dnnprof.ingest.errors import TraceError
+
+    try:
+        profile = open_profile(path)
+    except TraceError as e:
+        raise UserError(str(e)) from None
+    if rank not in profile.ranks:
+        raise UserError(f"{path}: no rank {rank} (ranks in the trace: {profile.ranks})")
+    analysis = analyse(profile, rank=rank)
+    doc = summary_of(analysis)
+    doc["findings"] = findings_from_analysis(analysis, doc)
+    return doc
+
+
+def diff(
+    base: Path = typer.Argument(..., help="The earlier run: a trace, run directory, saved profile or summary JSON.",
+                                show_default=False),
+    new: Path = typer.Argument(..., help="The later run, in any of the same forms.", show_default=False),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the dnnprof.diff/1 JSON here ('-' = stdout)."),
+    top: int = typer.Option(10, "--top", min=1, help="Rows to show in each table."),
+    rank: int = typer.Option(0, "--rank", help="Rank to compare in multi-GPU traces."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json)."),
+) -> None:
+    """Compare two runs: step time, throughput, GPU busy, and the families, layers, kernels and findings that
+    changed most, per step."""
+    from dnnprof.analysis.diff import diff_summaries
+
+    doc = diff_summaries(load_summary(base, rank), load_summary(new, rank), top=max(top, 20))
+    if json_out is not None:
+        from dnnprof.render.json_out import write_json
+
+        write_json(doc, json_out)
+    if not quiet and str(json_out) != "-":
+        from dnnprof.render.diff_table import render_diff
+
+        render_diff(doc, top=top)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diff")(diff)
