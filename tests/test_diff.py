@@ -64,6 +64,13 @@ def test_two_real_cards_compared_from_their_traces(tmp_path: Path) -> None:
     assert conv["base_us_per_step"] == pytest.approx(fam["conv"] / a["steps"]["count"], abs=1e-3)
     deltas = [abs(r["delta_us_per_step"]) for r in d["families"]]
     assert deltas == sorted(deltas, reverse=True)
+    import jsonschema
+
+    schema = Path(__file__).parents[1] / "src" / "dnnprof" / "render" / "schemas" / "diff-1.schema.json"
+    jsonschema.validate(d, json.loads(schema.read_text()))
+    bad = {**d, "kernels": [{**d["kernels"][0], "status": "moved"}]}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, json.loads(schema.read_text()))
 
 
 def test_summary_json_and_bad_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
