@@ -137,6 +137,26 @@ def test_drifted_field_types_stream_through_the_lenient_path(tmp_path: Path) -> 
     assert np.array_equal(whole(path).tables["kernels"]["grid_x"], whole(GPT2).tables["kernels"]["grid_x"])
 
 
+def test_events_without_a_time_or_duration_are_said_not_hidden(tmp_path: Path) -> None:
+    """A kernel without ``dur`` is read as 0 long and one without ``ts`` is left out; the profile says how many,
+    streamed or not, and the summary and terminal carry the note."""
+    doc = load_raw(GPT2)
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    for e in kernels[:5]:
+        e["dur"] = None
+    kernels[5]["ts"] = "n/a"
+    path = write(tmp_path / "t.json", doc)
+    for p in (streamed(path, 8192), whole(path)):
+        assert p.meta["source"]["notes"] == ["1 events without a valid timestamp were left out",
+                                             "5 events without a valid duration were read as 0 long"]
+        assert p.rows("kernels") == whole(GPT2).rows("kernels") - 1
+        assert (p.tables["kernels"]["dur_ns"] == 0).sum() >= 5
+    assert "notes" not in whole(GPT2).meta["source"]
+    from dnnprof.analysis.summary import summarize
+
+    assert summarize(whole(path))["source"]["notes"][1].startswith("5 events")
+
+
 def test_bare_array_and_empty_array(tmp_path: Path) -> None:
     events = load_raw(CPU_MLP)["traceEvents"]
     bare = write(tmp_path / "bare.json", events)

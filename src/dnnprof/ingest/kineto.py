@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import zlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Literal, Union, get_args
 
@@ -212,7 +212,7 @@ def read_bytes(path: Path) -> bytes:
     return raw
 
 
-def _decode(path: Path, data: bytes) -> _Trace:
+def _decode(path: Path, data: bytes, tally: Counter[str] | None = None) -> _Trace:
     """The whole document in one buffer → strict events (lenient ones coerced); every error message."""
     stripped = data[:4096].lstrip()
     if not stripped:
@@ -229,7 +229,7 @@ def _decode(path: Path, data: bytes) -> _Trace:
         if "missing required field `traceEvents`" in str(strict_error):
             raise TraceError(f"{path}: JSON but not a Chrome/Kineto trace (no 'traceEvents')") from None
         try:
-            return _coerce(msgspec.json.decode(data, type=_LenientTrace))
+            return _coerce(msgspec.json.decode(data, type=_LenientTrace), tally)
         except msgspec.ValidationError as e:
             raise TraceError(f"{path}: JSON but not a Chrome/Kineto trace ({e})") from None
         except msgspec.DecodeError as e:
@@ -238,7 +238,7 @@ def _decode(path: Path, data: bytes) -> _Trace:
         raise TraceError(f"{path}: invalid JSON ({e})") from None
 
 
-def _decode_events(chunk: bytes | memoryview) -> list[Any]:
+def _decode_events(chunk: bytes | memoryview, tally: Counter[str] | None = None) -> list[Any]:
     """One JSON array of events → strict events, lenient ones coerced.
 
     Raises:
@@ -249,7 +249,7 @@ def _decode_events(chunk: bytes | memoryview) -> list[Any]:
         return _EVENTS.decode(chunk)
     except msgspec.ValidationError:
         try:
-            return _coerce_events(_LENIENT_EVENTS.decode(chunk))
+            return _coerce_events(_LENIENT_EVENTS.decode(chunk), tally)
         except msgspec.ValidationError:
             raise SplitError("not an array of events") from None
 
@@ -301,16 +301,24 @@ def _coerce_memory_args(a: _LenientArgs | None) -> _MemoryArgs | None:
     return _MemoryArgs(**{f: None if (v := getattr(a, f)) is None else _int(v, -1) for f in fields})
 
 
-def _coerce_events(events: list[_LenientEvent]) -> list[Any]:
-    """Lenient (drifted) events → strict events, coercing every field once."""
+def _coerce_events(events: list[_LenientEvent], tally: Counter[str] | None = None) -> list[Any]:
+    """Lenient (drifted) events → strict events, coercing every field once. A complete event without a valid
+    timestamp is left out, one without a valid duration gets 0; ``tally`` counts both (``no_ts``, ``no_dur``)."""
     out: list[Any] = []
+    tally = Counter() if tally is None else tally
     for e in events:
         ph, tid = str(e.ph), e.tid if isinstance(e.tid, (int, str)) else 0
         eid = e.id if isinstance(e.id, (int, str)) else None
         if ph == "X":
+            ts, dur = float(_num(e.ts, np.nan)), float(_num(e.dur, np.nan))
+            if not np.isfinite(ts):
+                tally["no_ts"] += 1
+                continue
+            if not np.isfinite(dur) or dur < 0:
+                tally["no_dur"] += 1
+                dur = 0.0
             out.append(_Complete(cat=str(e.cat), name=str(e.name), pid=e.pid if isinstance(e.pid, (int, str)) else 0,
-                                 tid=tid, ts=float(_num(e.ts, 0)), dur=float(_num(e.dur, 0)),
-                                 args=_coerce_args(e.args)))
+                                 tid=tid, ts=ts, dur=dur, args=_coerce_args(e.args)))
         elif ph == "i":
             out.append(_Instant(cat=str(e.cat), id=eid, tid=tid, ts=float(_num(e.ts, 0)), name=str(e.name),
                                 args=_coerce_memory_args(e.args)))
@@ -319,9 +327,9 @@ def _coerce_events(events: list[_LenientEvent]) -> list[Any]:
     return out
 
 
-def _coerce(trace: _LenientTrace) -> _Trace:
+def _coerce(trace: _LenientTrace, tally: Counter[str] | None = None) -> _Trace:
     """Lenient (drifted) document → strict, coercing every field once."""
-    return _Trace(traceEvents=_coerce_events(trace.traceEvents), deviceProperties=trace.deviceProperties if isinstance(
+    return _Trace(traceEvents=_coerce_events(trace.traceEvents, tally), deviceProperties=trace.deviceProperties if isinstance(
         trace.deviceProperties, list) else None, distributedInfo=trace.distributedInfo if isinstance(
         trace.distributedInfo, dict) else None, baseTimeNanoseconds=trace.baseTimeNanoseconds if isinstance(
         trace.baseTimeNanoseconds, int) else None, schemaVersion=trace.schemaVersion, trace_id=trace.trace_id,
@@ -385,24 +393,33 @@ def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, 
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        cols, trace = _stream(path, chunk_bytes) if stream else (None, None)
+        tally: Counter[str] = Counter()
+        cols, trace = _stream(path, chunk_bytes, tally) if stream else (None, None)
         if cols is None or trace is None:
-            cols, trace = EventColumns(), _decode(path, read_bytes(path))
+            tally.clear()
+            cols, trace = EventColumns(), _decode(path, read_bytes(path), tally)
             _add_events(cols, trace.traceEvents)
             trace.traceEvents = []
-        return _build(path, rank, cols, trace)
+        profile = _build(path, rank, cols, trace)
+        notes = [f"{tally['no_ts']:,} events without a valid timestamp were left out"] if tally["no_ts"] else []
+        if tally["no_dur"]:
+            notes.append(f"{tally['no_dur']:,} events without a valid duration were read as 0 long")
+        if notes:
+            profile.meta["source"]["notes"] = notes
+        return profile
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _stream(path: Path, chunk_bytes: int) -> tuple[EventColumns | None, _Trace | None]:
+def _stream(path: Path, chunk_bytes: int,
+            tally: Counter[str] | None = None) -> tuple[EventColumns | None, _Trace | None]:
     """Columns and the document without its events, decoded chunk by chunk; (None, None) when the document does
     not split (the caller then decodes the whole buffer). File and gzip errors are raised as they are found."""
     cols = EventColumns()
 
     def on_chunk(chunk: memoryview) -> None:
-        _add_events(cols, _decode_events(chunk))
+        _add_events(cols, _decode_events(chunk, tally))
 
     with contextlib.closing(read_pieces(path, chunk_bytes)) as pieces:
         try:

@@ -45,6 +45,8 @@ def _header(doc: dict[str, Any]) -> Panel:
     if dev.get("memory_bytes"):
         lines.append(f", {bytes_text(dev['memory_bytes'])}")
     lines.append(f"\nsource: {doc['source'].get('path', '')} ({doc['source'].get('format', '')})\n")
+    for note in doc["source"].get("notes") or []:
+        lines.append(f"note: {note}\n", style="yellow")
     if steps["count"]:
         cv = f", CV {steps['cv_pct']:.1f}%" if steps.get("cv_pct") is not None else ""
         lines.append(f"steps: {steps['count']} ({steps.get('source', '')}), mean {us_text(steps['mean_us'])}, "
