@@ -93,7 +93,8 @@ def render_html(doc: dict[str, Any], top: int = 30) -> str:
              f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>",
              f'<div class="meta">{escape(doc["source"].get("path", ""))} ({escape(doc["source"].get("format", ""))})'
              f" · compute capability {escape(dev.get('compute_capability') or '–')} · steps from "
-             f"{escape(doc['steps'].get('source') or 'none')}</div>", _cards(doc)]
+             f"{escape(doc['steps'].get('source') or 'none')}</div>",
+             *(f'<div class="meta">note: {escape(n)}</div>' for n in doc["source"].get("notes") or []), _cards(doc)]
     if gpu.get("has_activity", True) and doc["kernels"]:
         idle = gpu.get("idle_breakdown_us") or {}
         parts.append("<h2>GPU time</h2>" + _table(

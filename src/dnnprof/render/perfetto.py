@@ -27,7 +27,7 @@ from dnnprof.analysis.kernel_names import short_name
 from dnnprof.model.profile import Profile
 
 HOST_PID, GPU_PID = 1, 100
-STEPS_TID = -1
+STEPS_TID = 0  # the steps track (host thread ids are the OS's, never 0)
 #: ``args`` keys of a kernel slice, from the kernels table.
 _KERNEL_ARGS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "shared_memory_bytes",
                 "correlation", "step")
