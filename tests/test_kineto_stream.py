@@ -153,8 +153,11 @@ def test_events_without_a_time_or_duration_are_said_not_hidden(tmp_path: Path) -
         assert (p.tables["kernels"]["dur_ns"] == 0).sum() >= 5
     assert "notes" not in whole(GPT2).meta["source"]
     from dnnprof.analysis.summary import summarize
+    from dnnprof.render.html_report import render_html
 
-    assert summarize(whole(path))["source"]["notes"][1].startswith("5 events")
+    doc = summarize(whole(path))
+    assert doc["source"]["notes"][1].startswith("5 events")
+    assert "note: 5 events without a valid duration" in render_html(doc)
 
 
 def test_bare_array_and_empty_array(tmp_path: Path) -> None:
