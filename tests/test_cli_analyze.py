@@ -84,6 +84,29 @@ def test_folder_with_per_rank_traces(tmp_path: Path, variant) -> None:
     assert main(["analyze", str(tmp_path), "--rank", "7", "--quiet"]) == 2
 
 
+def test_each_rank_of_a_two_gpu_folder_is_summarised_alone(tmp_path: Path) -> None:
+    """Two ranks of the same real GPU trace: every rank's summary and findings are those of the trace alone
+    (attribution covers all ranks' kernels; each rank's tables take only its own rows)."""
+    import gzip
+
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for rank in (0, 1):
+        doc = json.loads(gzip.open(GPT2).read())
+        doc.setdefault("distributedInfo", {})["rank"] = rank
+        (ranks / f"rank{rank}.json").write_text(json.dumps(doc))
+    alone = tmp_path / "alone.json"
+    assert main(["analyze", str(GPT2), "--json", str(alone), "--quiet"]) == 0
+    want = json.loads(alone.read_text())
+    for rank in (0, 1):
+        out = tmp_path / f"r{rank}.json"
+        assert main(["analyze", str(ranks), "--rank", str(rank), "--json", str(out), "--quiet"]) == 0
+        got = json.loads(out.read_text())
+        for key in ("steps", "gpu", "attribution", "kernels", "families", "layers", "phases"):
+            assert got[key] == want[key], (rank, key)
+        assert [f["id"] for f in got["findings"]] == [f["id"] for f in want["findings"]]
+
+
 @pytest.mark.parametrize(("make", "message"), [
     (lambda d: d / "missing.json", "no such file or directory"),
     (lambda d: d, "folder holds no trace"),

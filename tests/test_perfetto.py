@@ -11,7 +11,7 @@ from pathlib import Path
 from dnnprof.analysis.summary import analyse
 from dnnprof.cli.main import main
 from dnnprof.ingest.kineto import read_kineto
-from dnnprof.render.perfetto import GPU_PID, HOST_PID, perfetto_trace
+from dnnprof.render.perfetto import GPU_PID, HOST_PID, RANK_PID_STRIDE, perfetto_trace
 
 DATA = Path(__file__).parent / "data"
 GPT2 = DATA / "gpt2_bf16_train_h200" / "trace.json.gz"
@@ -66,3 +66,22 @@ def test_memory_events_become_an_allocator_track() -> None:
     mem = [e for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "cuda_memory_bytes"]
     device = profile.tables["memory_events"]["device"]
     assert len(mem) == int((device >= 0).sum())
+
+
+def test_every_rank_gets_its_own_processes(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        doc = json.loads(gzip.decompress((GPT2).read_bytes()))
+        doc.setdefault("distributedInfo", {})["rank"] = rank
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
+    out = tmp_path / "both.json"
+    assert main(["analyze", str(tmp_path), "--perfetto", str(out), "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {HOST_PID: "rank 0 · host", GPU_PID: "rank 0 · GPU 0",
+                     RANK_PID_STRIDE + HOST_PID: "rank 1 · host", RANK_PID_STRIDE + GPU_PID: "rank 1 · GPU 0"}
+    kernels = Counter(e["pid"] for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    assert kernels[GPU_PID] == kernels[RANK_PID_STRIDE + GPU_PID] > 2000
+    flows = [e["id"] for e in doc["traceEvents"] if e["ph"] == "s"]
+    assert len(flows) == len(set(flows)) == 2 * len([e for e in doc["traceEvents"] if e["ph"] == "s"
+                                                     and e["pid"] == HOST_PID])
+    assert doc["otherData"]["ranks"] == [0, 1]

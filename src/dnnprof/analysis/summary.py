@@ -71,13 +71,15 @@ def summary_of(a: Analysis) -> dict[str, Any]:
     ssel = steps["rank"] == rank
     host = steps["dur_ns"][ssel].astype(np.float64)
     k = p.tables["kernels"]
-    kd = k["dur_ns"][k["rank"] == rank] if k["rank"].size else k["dur_ns"]
+    mine = (k["rank"] == rank) if k["rank"].size else np.ones(k["dur_ns"].size, dtype=bool)
+    kd = k["dur_ns"][mine]
+    phase_of, layer_of = a.attribution.phase[mine], a.attribution.layer[mine]  # attribution covers every rank
     tc_ns = sum(r.total_ns for r in a.kernels if r.tensor_core)
     kernel_total = sum(r.total_ns for r in a.kernels)
     window = u.total("window_ns")
-    phases = group_by(np.array([PHASES[i] for i in a.attribution.phase], dtype=object), kd)
+    phases = group_by(np.array([PHASES[i] for i in phase_of], dtype=object), kd)
     phase_ns = {g.name: g.total_ns for g in phases}
-    layer_rows = group_by(a.attribution.layer, kd) if kd.size else []
+    layer_rows = group_by(layer_of, kd) if kd.size else []
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "source": dict(p.meta.get("source", {"path": "", "format": ""})),
@@ -111,7 +113,7 @@ def summary_of(a: Analysis) -> dict[str, Any]:
         },
         "attribution": {
             "level": a.attribution.level,
-            "attributed_pct": _num(100.0 * float(kd[a.attribution.layer != ""].sum()) / kernel_total)
+            "attributed_pct": _num(100.0 * float(kd[layer_of != ""].sum()) / kernel_total)
             if kernel_total else None,
         },
         "kernels": _with_counters(p, [_kernel_json(r) for r in a.kernels]),

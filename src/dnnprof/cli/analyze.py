@@ -19,8 +19,9 @@ def analyze(
                                                            "a roofline chart when there are Nsight Compute counters; "
                                                            "also for an ncu file)."),
     perfetto: Path | None = typer.Option(None, "--perfetto", help="Write a trace for ui.perfetto.dev here (.json or "
-                                                                  ".json.gz): host ops, GPU streams named by layer, "
-                                                                  "launch flows, steps, counter tracks."),
+                                                                  ".json.gz), every rank: host ops, GPU streams "
+                                                                  "named by layer, launch flows, steps, counter "
+                                                                  "tracks."),
     rank: int = typer.Option(0, "--rank", help="Rank to report on in a multi-GPU trace."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json, --html, --perfetto "
                                                              "or --save)."),
@@ -59,7 +60,7 @@ def analyze(
     if perfetto is not None:
         from dnnprof.render.perfetto import perfetto_trace, write_perfetto
 
-        write_perfetto(perfetto_trace(analysis.profile, rank=rank, attribution=analysis.attribution), perfetto)
+        write_perfetto(perfetto_trace(analysis.profile, attribution=analysis.attribution), perfetto)
     if not quiet and str(json_out) != "-":
         from dnnprof.render.terminal import render
 

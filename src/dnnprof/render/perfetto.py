@@ -1,6 +1,7 @@
 """A profile as a trace for the Perfetto UI (ui.perfetto.dev) or chrome://tracing, with counter tracks.
 
-One rank per file. Tracks, in the Chrome trace event format (JSON; Perfetto imports it as is):
+Every rank of the profile, each as its own processes. Tracks, in the Chrome trace event format (JSON; Perfetto
+imports it as is):
 
 * process ``rank R · host``: one thread per host thread with its CPU ops (nested by time) and CUDA runtime/driver
   calls, and a ``steps`` thread with one slice per iteration;
@@ -10,7 +11,8 @@ One rank per file. Tracks, in the Chrome trace event format (JSON; Perfetto impo
 * counter tracks on the GPU process: every sampled metric (NVML/GPM: ``gpu_util_pct``, ``sm_active_pct``,
   ``power_w`` …) and the caching allocator's allocated/reserved bytes from the memory events.
 
-Times are microseconds from the rank's first event (``displayTimeUnit`` ns keeps the nanoseconds).
+Times are microseconds from the profile's first event (``displayTimeUnit`` ns keeps the nanoseconds); rank R's
+processes are numbered from ``R * RANK_PID_STRIDE``.
 """
 
 from __future__ import annotations
@@ -27,35 +29,36 @@ from dnnprof.analysis.kernel_names import short_name
 from dnnprof.model.profile import Profile
 
 HOST_PID, GPU_PID = 1, 100
+RANK_PID_STRIDE = 1000
 STEPS_TID = 0  # the steps track (host thread ids are the OS's, never 0)
 #: ``args`` keys of a kernel slice, from the kernels table.
 _KERNEL_ARGS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "shared_memory_bytes",
                 "correlation", "step")
 
 
-def _pid_gpu(device: int) -> int:
-    return GPU_PID + max(int(device), 0)
-
-
 def _rows(t: dict[str, np.ndarray], rank: int) -> np.ndarray:
     return np.flatnonzero(t["rank"] == rank) if t["rank"].size else np.zeros(0, dtype=np.int64)
 
 
-def _origin_ns(profile: Profile, rank: int) -> int:
-    starts = [profile.tables[name]["start_ns"][_rows(profile.tables[name], rank)]
-              for name in ("ops", "runtime", "kernels", "memcpy", "memset", "steps")]
-    starts += [profile.tables[name]["ts_ns"][_rows(profile.tables[name], rank)] for name in ("samples",)]
+def _origin_ns(profile: Profile) -> int:
+    starts = [profile.tables[name]["start_ns"] for name in ("ops", "runtime", "kernels", "memcpy", "memset", "steps")]
+    starts.append(profile.tables["samples"]["ts_ns"])
     valid = [s[s > 0] for s in starts if s.size]
     valid = [s for s in valid if s.size]
     return int(min(s.min() for s in valid)) if valid else 0
 
 
 class _Builder:
-    def __init__(self, profile: Profile, rank: int) -> None:
-        self.p, self.rank = profile, rank
-        self.t0 = _origin_ns(profile, rank)
+    def __init__(self, profile: Profile, rank: int, t0: int) -> None:
+        self.p, self.rank, self.t0 = profile, rank, t0
+        self.base = rank * RANK_PID_STRIDE
+        self.host = self.base + HOST_PID
         self.events: list[dict[str, Any]] = []
         self.threads: set[tuple[int, int]] = set()
+        self.flows = 0
+
+    def gpu(self, device: Any) -> int:
+        return self.base + GPU_PID + max(int(device), 0)
 
     def us(self, ns: Any) -> float:
         return round((int(ns) - self.t0) / 1000.0, 3)
@@ -73,11 +76,12 @@ class _Builder:
         out: list[dict[str, Any]] = []
         pids = sorted({pid for pid, _ in self.threads} | {e["pid"] for e in self.events if e["ph"] == "C"})
         for pid in pids:
-            label = (f"rank {self.rank} · host" if pid == HOST_PID else f"rank {self.rank} · GPU {pid - GPU_PID}")
+            label = (f"rank {self.rank} · host" if pid == self.host
+                     else f"rank {self.rank} · GPU {pid - self.base - GPU_PID}")
             out.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}})
             out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
         for pid, tid in sorted(self.threads):
-            if pid == HOST_PID:
+            if pid == self.host:
                 label = "steps" if tid == STEPS_TID else f"thread {tid}"
             else:
                 label = f"stream {tid}"
@@ -90,7 +94,7 @@ class _Builder:
 def _steps(b: _Builder) -> None:
     t = b.p.tables["steps"]
     for i in _rows(t, b.rank):
-        b.slice(f"step {int(t['number'][i])}", "step", HOST_PID, STEPS_TID, t["start_ns"][i], t["dur_ns"][i],
+        b.slice(f"step {int(t['number'][i])}", "step", b.host, STEPS_TID, t["start_ns"][i], t["dur_ns"][i],
                 {"number": int(t["number"][i])})
 
 
@@ -101,7 +105,7 @@ def _host(b: _Builder) -> None:
         names = b.p.names(t["name_id"][rows]) if rows.size else []
         for i, name in zip(rows.tolist(), names, strict=True):
             args = {"step": int(t["step"][i])} if t["step"][i] >= 0 else None
-            b.slice(str(name), cat, HOST_PID, int(t["tid"][i]), t["start_ns"][i], t["dur_ns"][i], args)
+            b.slice(str(name), cat, b.host, int(t["tid"][i]), t["start_ns"][i], t["dur_ns"][i], args)
 
 
 def _counters_by_kernel(p: Profile) -> dict[int, dict[str, float]]:
@@ -120,7 +124,6 @@ def _gpu(b: _Builder, attribution: Attribution | None) -> None:
     p = b.p
     counters = _counters_by_kernel(p)
     runtime = p.tables["runtime"]
-    flows = 0
     for table, cat in (("kernels", "kernel"), ("memcpy", "gpu_memcpy"), ("memset", "gpu_memset")):
         t = p.tables[table]
         rows = _rows(t, b.rank)
@@ -140,15 +143,16 @@ def _gpu(b: _Builder, attribution: Attribution | None) -> None:
                     args["ncu"] = counters[i]
             elif "bytes" in t:
                 args["bytes"] = int(t["bytes"][i])
-            pid, tid = _pid_gpu(t["device"][i]), int(t["stream"][i])
+            pid, tid = b.gpu(t["device"][i]), int(t["stream"][i])
             b.slice(short_name(full) if table == "kernels" else full, cat, pid, tid, t["start_ns"][i], t["dur_ns"][i],
                     args)
             launch = int(t["launch_row"][i])
             if launch >= 0 and launch < runtime["start_ns"].size:
-                flows += 1
-                b.events.append({"ph": "s", "id": flows, "name": "launch", "cat": "launch", "pid": HOST_PID,
+                b.flows += 1
+                fid = b.base * 10_000_000 + b.flows
+                b.events.append({"ph": "s", "id": fid, "name": "launch", "cat": "launch", "pid": b.host,
                                  "tid": int(runtime["tid"][launch]), "ts": b.us(runtime["start_ns"][launch])})
-                b.events.append({"ph": "f", "bp": "e", "id": flows, "name": "launch", "cat": "launch", "pid": pid,
+                b.events.append({"ph": "f", "bp": "e", "id": fid, "name": "launch", "cat": "launch", "pid": pid,
                                  "tid": tid, "ts": b.us(t["start_ns"][i])})
 
 
@@ -159,27 +163,35 @@ def _counter_tracks(b: _Builder) -> None:
     if rows.size:
         metrics = p.names(s["metric_id"][rows])
         for i, metric in zip(rows.tolist(), metrics, strict=True):
-            b.events.append({"ph": "C", "name": str(metric), "pid": _pid_gpu(s["device"][i]), "ts": b.us(s["ts_ns"][i]),
+            b.events.append({"ph": "C", "name": str(metric), "pid": b.gpu(s["device"][i]), "ts": b.us(s["ts_ns"][i]),
                              "args": {"value": float(s["value"][i])}})
     m = p.tables["memory_events"]
     rows = _rows(m, b.rank)
     rows = rows[m["device"][rows] >= 0] if rows.size else rows
     for i in rows.tolist():
-        b.events.append({"ph": "C", "name": "cuda_memory_bytes", "pid": _pid_gpu(m["device"][i]),
+        b.events.append({"ph": "C", "name": "cuda_memory_bytes", "pid": b.gpu(m["device"][i]),
                          "ts": b.us(m["ts_ns"][i]),
                          "args": {"allocated": int(m["total_allocated_bytes"][i]),
                                   "reserved": int(m["total_reserved_bytes"][i])}})
 
 
-def perfetto_trace(profile: Profile, rank: int = 0, attribution: Attribution | None = None) -> dict[str, Any]:
-    """The trace document of one rank (see the module docstring); ``attribution`` names kernels' layers/phases."""
-    b = _Builder(profile, rank)
-    _steps(b)
-    _host(b)
-    _gpu(b, attribution)
-    _counter_tracks(b)
-    meta = {"rank": rank, "origin_ns": b.t0, "source": "dnnprof"}
-    return {"traceEvents": b.metadata() + b.events, "displayTimeUnit": "ns", "otherData": meta}
+def perfetto_trace(profile: Profile, ranks: list[int] | None = None,
+                   attribution: Attribution | None = None) -> dict[str, Any]:
+    """The trace document of ``ranks`` (default: every rank; see the module docstring); ``attribution`` (of the
+    whole kernels table) names kernels' layers and phases."""
+    t0 = _origin_ns(profile)
+    meta: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    for rank in profile.ranks if ranks is None else ranks:
+        b = _Builder(profile, rank, t0)
+        _steps(b)
+        _host(b)
+        _gpu(b, attribution)
+        _counter_tracks(b)
+        meta += b.metadata()
+        events += b.events
+    other = {"ranks": profile.ranks if ranks is None else ranks, "origin_ns": t0, "source": "dnnprof"}
+    return {"traceEvents": meta + events, "displayTimeUnit": "ns", "otherData": other}
 
 
 def write_perfetto(doc: dict[str, Any], path: Path) -> None:
