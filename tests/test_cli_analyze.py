@@ -85,26 +85,24 @@ def test_folder_with_per_rank_traces(tmp_path: Path, variant) -> None:
 
 
 def test_each_rank_of_a_two_gpu_folder_is_summarised_alone(tmp_path: Path) -> None:
-    """Two ranks of the same real GPU trace: every rank's summary and findings are those of the trace alone
-    (attribution covers all ranks' kernels; each rank's tables take only its own rows)."""
+    """Two real GPU traces as ranks 0 and 1 of one run (GPT-2 and DeepSpeech, different kernels): each rank's
+    summary and findings are those of its trace alone — nothing of one rank leaks into the other's."""
     import gzip
 
     ranks = tmp_path / "ranks"
     ranks.mkdir()
-    for rank in (0, 1):
-        doc = json.loads(gzip.open(GPT2).read())
+    for rank, trace in enumerate((GPT2, DEEPSPEECH)):
+        doc = json.loads(gzip.open(trace).read())
         doc.setdefault("distributedInfo", {})["rank"] = rank
         (ranks / f"rank{rank}.json").write_text(json.dumps(doc))
-    alone = tmp_path / "alone.json"
-    assert main(["analyze", str(GPT2), "--json", str(alone), "--quiet"]) == 0
-    want = json.loads(alone.read_text())
-    for rank in (0, 1):
-        out = tmp_path / f"r{rank}.json"
+    for rank, trace in enumerate((GPT2, DEEPSPEECH)):
+        alone, out = tmp_path / f"alone{rank}.json", tmp_path / f"r{rank}.json"
+        assert main(["analyze", str(trace), "--json", str(alone), "--quiet"]) == 0
         assert main(["analyze", str(ranks), "--rank", str(rank), "--json", str(out), "--quiet"]) == 0
-        got = json.loads(out.read_text())
-        for key in ("steps", "gpu", "attribution", "kernels", "families", "layers", "phases"):
+        want, got = json.loads(alone.read_text()), json.loads(out.read_text())
+        for key in ("device", "steps", "gpu", "attribution", "kernels", "families", "layers", "phases", "memcpy"):
             assert got[key] == want[key], (rank, key)
-        assert [f["id"] for f in got["findings"]] == [f["id"] for f in want["findings"]]
+        assert [f["id"] for f in got["findings"]] == [f["id"] for f in want["findings"]], rank
 
 
 @pytest.mark.parametrize(("make", "message"), [
