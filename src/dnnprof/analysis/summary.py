@@ -15,6 +15,7 @@ from dnnprof.analysis.attribution import PHASES, Attribution, attribute
 from dnnprof.analysis.host_ops import host_ops
 from dnnprof.analysis.kernel_summary import KernelRow, group_by, kernel_summary
 from dnnprof.analysis.occupancy import kernel_occupancy
+from dnnprof.analysis.ranks import rank_overview
 from dnnprof.analysis.steps import step_source, with_steps
 from dnnprof.analysis.utilization import Utilization, utilization
 from dnnprof.model.device import DeviceInfo
@@ -132,6 +133,9 @@ def summary_of(a: Analysis) -> dict[str, Any]:
     memory = _memory_events_json(p, rank)
     if memory is not None:
         doc["memory_events"] = memory
+    ranks = rank_overview(p)
+    if ranks is not None:
+        doc["ranks"] = ranks
     return doc
 
 

@@ -178,6 +178,18 @@ def _offender(o: dict[str, Any]) -> str:
     return ", ".join(x for x in (what, " at ".join(where), cost) if x)
 
 
+def _ranks(r: dict[str, Any]) -> Table:
+    t = Table(title=f"Ranks ({r['count']}): slowest {r['slowest_rank']}, straggler {r['straggler_rank']}, step "
+                    f"spread {_pct(r['step_median_spread_pct'])}", title_justify="left")
+    for col in ("Rank", "GPU", "Steps", "Step (median)", "Busy", "Compute/step", "NCCL/step", "Exposed NCCL/step"):
+        t.add_column(col, justify="right")
+    for x in r["per_rank"]:
+        t.add_row(str(x["rank"]), str(x["device"]), str(x["steps"]), us_text(x["step_median_us"]),
+                  _pct(x["busy_pct"]), us_text(x["compute_us_per_step"]), us_text(x["nccl_us_per_step"]),
+                  us_text(x["exposed_nccl_us_per_step"]))
+    return t
+
+
 def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -> None:
     """Print the report of a summary document."""
     if console is None:
@@ -205,6 +217,8 @@ def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -
         parts.append(roofline_line(doc["roofline"]))
     if doc.get("memory_events"):
         parts.append(_memory_events(doc["memory_events"]))
+    if doc.get("ranks"):
+        parts.append(_ranks(doc["ranks"]))
     if doc.get("findings"):
         parts.append(_findings(doc))
     console.print(Group(*parts))

@@ -1,0 +1,75 @@
+"""The ranks of a multi-GPU profile side by side (``summary.ranks``)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from dnnprof.analysis.ranks import rank_overview
+from dnnprof.cli.main import main
+from dnnprof.model.profile import Profile
+from dnnprof.model.schema import STEP_SOURCES, empty_table
+
+DATA = Path(__file__).parent / "data"
+TRACES = (DATA / "gpt2_bf16_train_h200" / "trace.json.gz", DATA / "deepspeech_train_h200" / "trace.json.gz")
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel"
+
+
+def _profile(kernels: list[tuple[int, str, int, int, int]], step_ns: dict[int, int]) -> Profile:
+    """Kernels as (rank, name, stream, start_ns, end_ns), one step per rank from 0 to ``step_ns[rank]``."""
+    p = Profile()
+    k = empty_table("kernels", len(kernels))
+    for i, (rank, name, stream, start, end) in enumerate(kernels):
+        k["rank"][i], k["device"][i], k["stream"][i] = rank, 0, stream
+        k["start_ns"][i], k["dur_ns"][i], k["name_id"][i], k["step"][i] = start, end - start, p.intern(name), 0
+    s = empty_table("steps", len(step_ns))
+    for i, (rank, dur) in enumerate(sorted(step_ns.items())):
+        s["rank"][i], s["number"][i], s["source"][i] = rank, 0, STEP_SOURCES.index("marker")
+        s["start_ns"][i], s["dur_ns"][i], s["gpu_start_ns"][i], s["gpu_end_ns"][i] = 0, dur, 0, dur
+    p.tables.update(kernels=k, steps=s)
+    p.meta["ranks"] = sorted(step_ns)
+    return p
+
+
+def test_exposed_collectives_and_the_straggler() -> None:
+    # rank 0 computes 100 µs and waits in its all-reduce for rank 1, which computes 140 µs; on each GPU the
+    # all-reduce overlaps the last 50 µs (rank 0) or 40 µs (rank 1) of compute on another stream
+    us = 1000
+    p = _profile([(0, GEMM, 7, 0, 100 * us), (0, NCCL, 13, 50 * us, 150 * us),
+                  (1, GEMM, 7, 0, 140 * us), (1, NCCL, 13, 100 * us, 150 * us)], {0: 160 * us, 1: 170 * us})
+    r = rank_overview(p)
+    assert r is not None and r["count"] == 2
+    by = {x["rank"]: x for x in r["per_rank"]}
+    assert by[0]["compute_us_per_step"] == 100 and by[0]["nccl_us_per_step"] == 100
+    assert by[0]["exposed_nccl_us_per_step"] == 50
+    assert by[1]["compute_us_per_step"] == 140 and by[1]["nccl_us_per_step"] == 50
+    assert by[1]["exposed_nccl_us_per_step"] == 10
+    assert r["straggler_rank"] == 1 and r["slowest_rank"] == 1 and r["fastest_rank"] == 0
+    assert r["step_median_spread_pct"] == pytest.approx(100 * 10 / 160, abs=0.01)
+    assert rank_overview(_profile([(0, GEMM, 7, 0, 10)], {0: 20})) is None  # one rank: nothing to compare
+
+
+def test_two_real_traces_as_two_ranks(tmp_path: Path) -> None:
+    for rank, trace in enumerate(TRACES):
+        doc = json.loads(gzip.open(trace).read())
+        doc.setdefault("distributedInfo", {})["rank"] = rank
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
+    out = tmp_path / "s.json"
+    assert main(["analyze", str(tmp_path), "--json", str(out), "--quiet"]) == 0
+    ranks = json.loads(out.read_text())["ranks"]
+    for rank, trace in enumerate(TRACES):
+        alone = tmp_path / f"alone{rank}.json"
+        assert main(["analyze", str(trace), "--json", str(alone), "--quiet"]) == 0
+        want = json.loads(alone.read_text())
+        assert "ranks" not in want
+        row = ranks["per_rank"][rank]
+        assert row["step_median_us"] == want["steps"]["median_us"] and row["busy_pct"] == want["gpu"]["busy_pct"]
+        assert row["nccl_us_per_step"] == 0  # single-GPU traces: no collectives
+    import jsonschema
+
+    schema = Path(__file__).parents[1] / "src" / "dnnprof" / "render" / "schemas" / "summary-1.schema.json"
+    jsonschema.validate(json.loads(out.read_text()), json.loads(schema.read_text()))
