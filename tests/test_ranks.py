@@ -73,3 +73,39 @@ def test_two_real_traces_as_two_ranks(tmp_path: Path) -> None:
 
     schema = Path(__file__).parents[1] / "src" / "dnnprof" / "render" / "schemas" / "summary-1.schema.json"
     jsonschema.validate(json.loads(out.read_text()), json.loads(schema.read_text()))
+
+
+def _findings(p: Profile, rank: int) -> dict[str, dict]:
+    from dnnprof.analysis.rules import findings_from_analysis
+    from dnnprof.analysis.summary import analyse, summary_of
+
+    a = analyse(p, rank)
+    doc = summary_of(a)
+    return {f["id"]: f for f in findings_from_analysis(a, doc)}
+
+
+def test_exposed_collectives_and_a_straggler_are_findings() -> None:
+    us = 1000
+    p = _profile([(0, GEMM, 7, 0, 100 * us), (0, NCCL, 13, 50 * us, 150 * us),
+                  (1, GEMM, 7, 0, 140 * us), (1, NCCL, 13, 100 * us, 150 * us)], {0: 160 * us, 1: 170 * us})
+    f0 = _findings(p, 0)
+    exposed = f0["communication-exposed"]
+    assert exposed["evidence"]["exposed_nccl_us_per_step"] == 50
+    assert exposed["est_gain_pct"] == pytest.approx(100 * 50 / 160, abs=0.1)  # of the 160 µs GPU step window
+    straggler = f0["rank-straggler"]
+    assert straggler["evidence"]["straggler_rank"] == 1
+    assert straggler["est_gain_pct"] == pytest.approx(100 * (140 - 120) / 170, abs=0.1)
+    f1 = _findings(p, 1)
+    assert "communication-exposed" in f1 and f1["communication-exposed"]["evidence"]["exposed_nccl_us_per_step"] == 10
+    # Balanced ranks whose collectives run under compute: neither finding.
+    calm = _profile([(0, GEMM, 7, 0, 140 * us), (0, NCCL, 13, 100 * us, 140 * us),
+                     (1, GEMM, 7, 0, 135 * us), (1, NCCL, 13, 100 * us, 140 * us)], {0: 150 * us, 1: 150 * us})
+    assert not {"communication-exposed", "rank-straggler"} & set(_findings(calm, 0))
+
+
+def test_one_rank_of_a_data_parallel_run_still_shows_exposed_communication() -> None:
+    us = 1000
+    p = _profile([(0, GEMM, 7, 0, 100 * us), (0, NCCL, 13, 90 * us, 160 * us)], {0: 170 * us})
+    f = _findings(p, 0)
+    assert f["communication-exposed"]["evidence"]["exposed_nccl_us_per_step"] == 60
+    assert "rank-straggler" not in f

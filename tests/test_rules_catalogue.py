@@ -11,7 +11,16 @@ import jsonschema
 import pytest
 
 from conftest import DEEPSPEECH, GPT2
-from dnnprof.analysis.rules import REGISTRY, findings_for, idle, kernels, memory_steps, precision, sync
+from dnnprof.analysis.rules import (
+    REGISTRY,
+    distributed,
+    findings_for,
+    idle,
+    kernels,
+    memory_steps,
+    precision,
+    sync,
+)
 from dnnprof.analysis.rules.base import SEVERITIES, Finding, rank_key, severity_for
 from dnnprof.analysis.summary import summarize
 from dnnprof.ingest.kineto import read_kineto
@@ -20,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = ("amp-not-used", "tensor-cores-unused", "fp64-used", "gpu-idle", "dataloader-bound", "host-sync",
              "pageable-memcpy", "launch-bound", "optimizer-not-fused", "low-occupancy", "small-grid",
              "memory-underused", "memory-near-limit", "unstable-steps", "no-steps", "cudnn-benchmark-off",
-             "compile-not-used")
+             "compile-not-used", "communication-exposed", "rank-straggler")
 SCHEMA = json.loads((ROOT / "src/dnnprof/render/schemas/summary-1.schema.json").read_text())
 
 
@@ -39,7 +48,7 @@ def test_docs_list_every_id_and_threshold_constant() -> None:
     text = (ROOT / "docs/findings.md").read_text()
     for rule_id in CATALOGUE:
         assert f"### `{rule_id}`" in text
-    for module in (precision, idle, sync, kernels, memory_steps):
+    for module in (precision, idle, sync, kernels, memory_steps, distributed):
         for name in re.findall(r"^([A-Z][A-Z0-9_]+) = ", inspect.getsource(module), re.M):
             if name in ("TOP_N", "TC_FAMILIES"):
                 continue

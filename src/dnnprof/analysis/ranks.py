@@ -31,7 +31,8 @@ def _round(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def _rank_row(profile: Profile, rank: int) -> dict[str, Any]:
+def rank_row(profile: Profile, rank: int) -> dict[str, Any]:
+    """One rank's row of :func:`rank_overview` (also for a single-rank profile)."""
     p = with_steps(profile, rank)
     u = utilization(p, rank=rank)
     steps = p.tables["steps"]
@@ -64,7 +65,7 @@ def rank_overview(profile: Profile) -> dict[str, Any] | None:
     ranks = profile.ranks
     if len(ranks) < 2:
         return None
-    rows = [_rank_row(profile, r) for r in ranks]
+    rows = [rank_row(profile, r) for r in ranks]
     timed = [r for r in rows if r["step_median_us"] is not None]
     out: dict[str, Any] = {"count": len(ranks), "per_rank": rows, "slowest_rank": None, "fastest_rank": None,
                            "step_median_spread_pct": None, "straggler_rank": None}

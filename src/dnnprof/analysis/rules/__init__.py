@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dnnprof.analysis.rules import idle, kernels, memory_steps, precision, sync  # noqa: F401  (registration)
+from dnnprof.analysis.rules import distributed, idle, kernels, memory_steps, precision, sync  # noqa: F401
 from dnnprof.analysis.rules.base import REGISTRY, Finding, rank_key, severity_for
 from dnnprof.analysis.rules.context import Context
 from dnnprof.analysis.summary import Analysis, analyse
