@@ -102,7 +102,10 @@ def test_each_rank_of_a_two_gpu_folder_is_summarised_alone(tmp_path: Path) -> No
         want, got = json.loads(alone.read_text()), json.loads(out.read_text())
         for key in ("device", "steps", "gpu", "attribution", "kernels", "families", "layers", "phases", "memcpy"):
             assert got[key] == want[key], (rank, key)
-        assert [f["id"] for f in got["findings"]] == [f["id"] for f in want["findings"]], rank
+        # The same findings as alone, plus the one only two ranks show: their compute per step differs.
+        assert [f["id"] for f in got["findings"] if f["id"] != "rank-straggler"] == \
+            [f["id"] for f in want["findings"]], rank
+        assert "rank-straggler" in {f["id"] for f in got["findings"]}
 
 
 @pytest.mark.parametrize(("make", "message"), [

@@ -73,6 +73,10 @@ def test_two_real_traces_as_two_ranks(tmp_path: Path) -> None:
 
     schema = Path(__file__).parents[1] / "src" / "dnnprof" / "render" / "schemas" / "summary-1.schema.json"
     jsonschema.validate(json.loads(out.read_text()), json.loads(schema.read_text()))
+    from dnnprof.render.html_report import render_html
+
+    page = render_html(json.loads(out.read_text()))
+    assert "<h2>Ranks (2)</h2>" in page and f"straggler rank {ranks['straggler_rank']}" in page
 
 
 def _findings(p: Profile, rank: int) -> dict[str, dict]:

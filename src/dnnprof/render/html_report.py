@@ -123,6 +123,17 @@ def render_html(doc: dict[str, Any], top: int = 30) -> str:
         parts.append("<h2>Phases</h2>" + _table([("phase", False), ("kernel time", True)],
                                                 [_row([(p, False), (_us(ph[f"{p}_us"]), True)])
                                                  for p in ("forward", "backward", "optimizer", "other")]))
+    if doc.get("ranks"):
+        r = doc["ranks"]
+        parts.append(f"<h2>Ranks ({r['count']})</h2>"
+                     f'<div class="meta">slowest rank {r["slowest_rank"]}, straggler rank {r["straggler_rank"]}, '
+                     f"step spread {_pct(r['step_median_spread_pct'])}</div>" + _table(
+            [("rank", True), ("GPU", True), ("steps", True), ("step (median)", True), ("busy", True),
+             ("compute/step", True), ("NCCL/step", True), ("exposed NCCL/step", True)],
+            [_row([(str(x["rank"]), True), (str(x["device"]), True), (str(x["steps"]), True),
+                   (_us(x["step_median_us"]), True), (_pct(x["busy_pct"]), True), (_us(x["compute_us_per_step"]), True),
+                   (_us(x["nccl_us_per_step"]), True), (_us(x["exposed_nccl_us_per_step"]), True)])
+             for x in r["per_rank"]]))
     if doc.get("memcpy"):
         parts.append("<h2>Memory copies</h2>" + _table(
             [("kind", False), ("host memory", False), ("count", True), ("bytes", True), ("total", True)],
