@@ -160,6 +160,18 @@ def test_events_without_a_time_or_duration_are_said_not_hidden(tmp_path: Path) -
     assert "note: 5 events without a valid duration" in render_html(doc)
 
 
+def test_numbers_out_of_int64_range_are_unknown_not_a_crash(tmp_path: Path) -> None:
+    doc = load_raw(GPT2)
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})]
+    ops[0]["args"]["External id"] = 1e30
+    ops[1]["args"]["Sequence number"] = -1e300
+    path = write(tmp_path / "t.json", doc)
+    p = whole(path)
+    assert p.rows("ops") == whole(GPT2).rows("ops")
+    assert -1 in p.tables["ops"]["external_id"].tolist()
+    assert_same_profile(streamed(path, 8192), p)
+
+
 def test_bare_array_and_empty_array(tmp_path: Path) -> None:
     events = load_raw(CPU_MLP)["traceEvents"]
     bare = write(tmp_path / "bare.json", events)

@@ -266,8 +266,9 @@ def _num(v: Any, default: float = -1) -> float:
 
 
 def _int(v: Any, default: int = -1) -> int:
+    """An int64 from a number or numeric string; ``default`` for anything else, NaN, ±inf or a value out of range."""
     x = _num(v, default)
-    return int(x) if x == x else default
+    return int(x) if x == x and -(2**63) <= x < 2**63 else default
 
 
 # ---------------------------------------------------------------------------------------------------------------
