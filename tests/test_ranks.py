@@ -113,3 +113,24 @@ def test_one_rank_of_a_data_parallel_run_still_shows_exposed_communication() -> 
     f = _findings(p, 0)
     assert f["communication-exposed"]["evidence"]["exposed_nccl_us_per_step"] == 60
     assert "rank-straggler" not in f
+
+
+def test_a_rank_without_step_markers_gets_its_steps_inferred(tmp_path: Path) -> None:
+    """Rank 0 has ProfilerStep ranges, rank 1 (the same GPT-2 trace) lost them: rank 1's steps come from its
+    optimizer steps and its summary says so, instead of one whole-trace window."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for rank in (0, 1):
+        doc = json.loads(gzip.open(TRACES[0]).read())
+        doc.setdefault("distributedInfo", {})["rank"] = rank
+        if rank == 1:
+            doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+        (folder / f"rank{rank}.json").write_text(json.dumps(doc))
+    got = {}
+    for rank in (0, 1):
+        out = tmp_path / f"r{rank}.json"
+        assert main(["analyze", str(folder), "--rank", str(rank), "--json", str(out), "--quiet"]) == 0
+        got[rank] = json.loads(out.read_text())
+    assert got[0]["steps"]["source"] == "profiler_step" and got[1]["steps"]["source"] == "optimizer"
+    assert got[1]["steps"]["count"] >= 1 and got[1]["gpu"]["window"] == "steps"
+    assert "no-steps" not in {f["id"] for f in got[1]["findings"]}

@@ -36,7 +36,7 @@ def host_ops(profile: Profile, rank: int = 0) -> list[HostOpRow]:
     child_time = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=n).astype(np.int64)
     self_ns = np.maximum(dur - child_time, 0)
     sel = (ops["rank"] == rank) & (ops["category"] == OP_CATEGORIES.index("cpu_op"))
-    if profile.tables["steps"]["number"].size:
+    if (profile.tables["steps"]["rank"] == rank).any():
         sel &= ops["step"] >= 0
     idx = np.flatnonzero(sel)
     if idx.size == 0:

@@ -24,15 +24,17 @@ MIN_PATTERN_REPEATS = 3
 MIN_PATTERN_MATCH = 0.9
 
 
-def step_source(profile: Profile) -> str:
-    """How the profile's steps were found ("" when it has none)."""
-    src = profile.tables["steps"]["source"]
+def step_source(profile: Profile, rank: int = 0) -> str:
+    """How the rank's steps were found ("" when it has none)."""
+    steps = profile.tables["steps"]
+    src = steps["source"][steps["rank"] == rank]
     return STEP_SOURCES[int(src[0])] if src.size else ""
 
 
 def with_steps(profile: Profile, rank: int = 0) -> Profile:
-    """The profile itself when it has steps; else a copy with steps inferred (optimizer or launch pattern)."""
-    if profile.tables["steps"]["number"].size:
+    """The profile itself when the rank has steps; else a copy with the rank's steps inferred (optimizer or launch
+    pattern; other ranks keep theirs)."""
+    if (profile.tables["steps"]["rank"] == rank).any():
         return profile
     windows = _optimizer_windows(profile, rank)
     source = "optimizer"

@@ -92,7 +92,7 @@ def summary_of(a: Analysis) -> dict[str, Any]:
         },
         "steps": {
             "count": int(host.size),
-            "source": step_source(p),
+            "source": step_source(p, rank),
             "durations_us": [_us(x) for x in host.tolist()],
             "mean_us": _us(host.mean()) if host.size else None,
             "median_us": _us(float(np.median(host))) if host.size else None,

@@ -207,7 +207,7 @@ def no_steps(ctx: Context) -> Finding | None:
     Fix: call ``prof.step()`` at the end of each iteration with a ``torch.profiler.schedule``, or wrap each
     iteration in ``torch.profiler.record_function("ProfilerStep#<n>")``; ``dnnprof run`` marks steps itself.
     """
-    if ctx.profile.tables["steps"]["number"].size or not ctx.profile.has_gpu_activity:
+    if (ctx.profile.tables["steps"]["rank"] == ctx.rank).any() or not ctx.profile.has_gpu_activity:
         return None
     rt = ctx.profile.tables["runtime"]
     launches = int(((rt["rank"] == ctx.rank) & (rt["api_kind"] == API_KINDS.index("launch"))).sum())
