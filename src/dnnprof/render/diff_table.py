@@ -66,7 +66,12 @@ def render_diff(doc: dict[str, Any], console: Console | None = None, top: int = 
         if doc[key]:
             console.print(_rows(title, doc[key], top))
     f = doc["findings"]
+
+    def gain(x: dict[str, Any]) -> str:
+        g = x.get("est_gain_pct", x.get("base_est_gain_pct"))
+        return f" (expected gain {g:.0f}%)" if g else ""
+
     for label, key, style in (("resolved", "resolved", "green"), ("new", "new", "yellow"),
                               ("still there", "persisting", "dim")):
         if f[key]:
-            console.print(f"[{style}]findings {label}:[/] " + ", ".join(x["id"] for x in f[key]))
+            console.print(f"[{style}]findings {label}:[/] " + ", ".join(x["id"] + gain(x) for x in f[key]))
