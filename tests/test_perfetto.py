@@ -66,6 +66,7 @@ def test_memory_events_become_an_allocator_track() -> None:
     mem = [e for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "cuda_memory_bytes"]
     device = profile.tables["memory_events"]["device"]
     assert len(mem) == int((device >= 0).sum())
+    assert min(e["ts"] for e in doc["traceEvents"] if "ts" in e) == 0  # memory events count for the origin too
 
 
 def test_every_rank_gets_its_own_processes(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ def _rows(t: dict[str, np.ndarray], rank: int) -> np.ndarray:
 
 def _origin_ns(profile: Profile) -> int:
     starts = [profile.tables[name]["start_ns"] for name in ("ops", "runtime", "kernels", "memcpy", "memset", "steps")]
-    starts.append(profile.tables["samples"]["ts_ns"])
+    starts += [profile.tables["samples"]["ts_ns"], profile.tables["memory_events"]["ts_ns"]]
     valid = [s[s > 0] for s in starts if s.size]
     valid = [s for s in valid if s.size]
     return int(min(s.min() for s in valid)) if valid else 0
