@@ -60,13 +60,23 @@ def test_sampled_metrics_become_counter_tracks(tmp_path: Path) -> None:
     assert inside and all(0 <= e["args"]["value"] <= 100 for e in inside)  # NVML every 50 ms, ~117 ms of kernels
 
 
-def test_memory_events_become_an_allocator_track() -> None:
+def test_memory_events_become_allocator_tracks() -> None:
+    """A real CPU trace with memory events (host allocations); then the same events as a GPU's, each event one
+    counter value, all at or after the trace's time 0 even when an allocation comes before every op."""
     profile = read_kineto(DATA / "cpu_mlp_memory" / "trace.json.gz")
+    m = profile.tables["memory_events"]
+    n = int(m["ts_ns"].size)
     doc = perfetto_trace(profile)
-    mem = [e for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "cuda_memory_bytes"]
-    device = profile.tables["memory_events"]["device"]
-    assert len(mem) == int((device >= 0).sum())
-    assert min(e["ts"] for e in doc["traceEvents"] if "ts" in e) == 0  # memory events count for the origin too
+    host = [e for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "host_memory_bytes"]
+    assert len(host) == n > 100 and all(e["pid"] == HOST_PID for e in host)
+    assert max(e["args"]["allocated"] for e in host) == int(m["total_allocated_bytes"].max())
+    m["device"][:] = 0  # as if the allocations were on GPU 0
+    first = int(min(profile.tables["ops"]["start_ns"].min(), m["ts_ns"].min()))
+    m["ts_ns"][0] = first - 5_000
+    events = perfetto_trace(profile)["traceEvents"]
+    gpu = [e for e in events if e["ph"] == "C" and e["name"] == "cuda_memory_bytes"]
+    assert len(gpu) == n and all(e["pid"] == GPU_PID and "reserved" in e["args"] for e in gpu)
+    assert min(e["ts"] for e in events if "ts" in e) == 0
 
 
 def test_every_rank_gets_its_own_processes(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ imports it as is):
   named by its short name and carries its layer, phase, launching op, grid, block, registers, shared memory and
   its Nsight Compute counters when the profile has them; a flow arrow joins each launch call to its kernel;
 * counter tracks on the GPU process: every sampled metric (NVML/GPM: ``gpu_util_pct``, ``sm_active_pct``,
-  ``power_w`` …) and the caching allocator's allocated/reserved bytes from the memory events.
+  ``power_w`` …) and the caching allocator's allocated/reserved bytes from the memory events; on the host process,
+  host memory allocated.
 
 Times are microseconds from the profile's first event (``displayTimeUnit`` ns keeps the nanoseconds); rank R's
 processes are numbered from ``R * RANK_PID_STRIDE``.
@@ -166,13 +167,15 @@ def _counter_tracks(b: _Builder) -> None:
             b.events.append({"ph": "C", "name": str(metric), "pid": b.gpu(s["device"][i]), "ts": b.us(s["ts_ns"][i]),
                              "args": {"value": float(s["value"][i])}})
     m = p.tables["memory_events"]
-    rows = _rows(m, b.rank)
-    rows = rows[m["device"][rows] >= 0] if rows.size else rows
-    for i in rows.tolist():
-        b.events.append({"ph": "C", "name": "cuda_memory_bytes", "pid": b.gpu(m["device"][i]),
-                         "ts": b.us(m["ts_ns"][i]),
-                         "args": {"allocated": int(m["total_allocated_bytes"][i]),
-                                  "reserved": int(m["total_reserved_bytes"][i])}})
+    for i in _rows(m, b.rank).tolist():
+        device = int(m["device"][i])
+        if device >= 0:  # the caching allocator of a GPU
+            args = {"allocated": int(m["total_allocated_bytes"][i]), "reserved": int(m["total_reserved_bytes"][i])}
+            b.events.append({"ph": "C", "name": "cuda_memory_bytes", "pid": b.gpu(device), "ts": b.us(m["ts_ns"][i]),
+                             "args": args})
+        else:  # host memory (the profiler reports allocated bytes only)
+            b.events.append({"ph": "C", "name": "host_memory_bytes", "pid": b.host, "ts": b.us(m["ts_ns"][i]),
+                             "args": {"allocated": int(m["total_allocated_bytes"][i])}})
 
 
 def perfetto_trace(profile: Profile, ranks: list[int] | None = None,
