@@ -108,6 +108,24 @@ def test_each_rank_of_a_two_gpu_folder_is_summarised_alone(tmp_path: Path) -> No
         assert "rank-straggler" in {f["id"] for f in got["findings"]}
 
 
+def test_a_damaged_saved_profile_says_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    saved = tmp_path / "prof"
+    assert main(["analyze", str(GPT2), "--save", str(saved), "--quiet"]) == 0
+    (saved / "memset.parquet").unlink()  # as a profile saved before a table existed
+    out = tmp_path / "s.json"
+    assert main(["analyze", str(saved), "--json", str(out), "--quiet"]) == 0
+    notes = json.loads(out.read_text())["source"]["notes"]
+    assert notes == ["tables missing from the saved profile (read as empty): memset"]
+    (saved / "ops.parquet").write_bytes(b"PAR1 cut short")
+    assert main(["analyze", str(saved), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "ops.parquet: unreadable Parquet" in err and "Traceback" not in err
+    (saved / "strings.parquet").unlink()
+    (saved / "ops.parquet").unlink()
+    assert main(["analyze", str(saved), "--quiet"]) == 2
+    assert "no strings.parquet" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("make", "message"), [
     (lambda d: d / "missing.json", "no such file or directory"),
     (lambda d: d, "folder holds no trace"),

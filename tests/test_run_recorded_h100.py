@@ -64,3 +64,19 @@ def test_the_run_extras_are_the_ones_the_gpu_run_wrote(assembled: tuple) -> None
     assert {k: v for k, v in t.items() if not k.startswith("unprofiled")} == expected["throughput"]
     assert t["unprofiled_steps"] == len(expected["overhead"]["baseline_steps"])
     assert t["unprofiled_step_time_median_us"] == expected["overhead"]["baseline"]["median_us"]
+
+
+def test_a_run_whose_profile_was_never_written_is_assembled_by_analyze(tmp_path: Path) -> None:
+    from dnnprof.cli.main import main
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)  # collector results and traces only, as a run the parent never finished
+    out = tmp_path / "s.json"
+    assert main(["analyze", str(run), "--json", str(out), "--quiet"]) == 0
+    s = json.loads(out.read_text())
+    expected = json.loads((RUN / "expected_summary.json").read_text())
+    assert s["gpu"] == expected["gpu"] and s["steps"]["count"] == 10
+    assert any("assembled from the run's traces" in n for n in s["source"]["notes"])
+    assert main(["diff", str(run), str(RUN / "expected_summary.json"), "--json", str(tmp_path / "d.json"),
+                 "--quiet"]) == 0
+    assert json.loads((tmp_path / "d.json").read_text())["step_time_median_us"]["speedup"] == 1.0

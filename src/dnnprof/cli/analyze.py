@@ -28,17 +28,18 @@ def analyze(
 ) -> None:
     """Kernels, layers, phases, GPU busy/idle and findings of an existing trace."""
     from dnnprof.analysis.summary import analyse, summary_of
-    from dnnprof.ingest.detect import kind_of, open_profile
+    from dnnprof.cli.sources import open_source
+    from dnnprof.ingest.detect import kind_of
     from dnnprof.ingest.errors import TraceError
 
     try:
         kind = kind_of(trace)
-        if kind in ("ncu-csv", "ncu-rep"):
-            _analyze_ncu(trace, json_out, top, quiet, html)
-            return
-        profile = open_profile(trace)
     except TraceError as e:
         raise UserError(str(e)) from None
+    if kind in ("ncu-csv", "ncu-rep"):
+        _analyze_ncu(trace, json_out, top, quiet, html)
+        return
+    profile = open_source(trace)
     if rank not in profile.ranks:
         raise UserError(f"{trace}: no rank {rank} (ranks in the trace: {profile.ranks})")
     analysis = analyse(profile, rank=rank)

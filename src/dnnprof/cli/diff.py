@@ -26,13 +26,9 @@ def load_summary(path: Path, rank: int = 0) -> dict[str, Any]:
             return doc
     from dnnprof.analysis.rules import findings_from_analysis
     from dnnprof.analysis.summary import analyse, summary_of
-    from dnnprof.ingest.detect import open_profile
-    from dnnprof.ingest.errors import TraceError
+    from dnnprof.cli.sources import open_source
 
-    try:
-        profile = open_profile(path)
-    except TraceError as e:
-        raise UserError(str(e)) from None
+    profile = open_source(path)
     if rank not in profile.ranks:
         raise UserError(f"{path}: no rank {rank} (ranks in the trace: {profile.ranks})")
     analysis = analyse(profile, rank=rank)

@@ -11,8 +11,13 @@ from dnnprof.model.profile import Profile, ProfileError
 _TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 
 
+#: What a dnnprof run directory holds before its profile is assembled (``collect.config.RESULT_FILE``, its traces).
+RUN_RESULTS, RUN_TRACES = "collector.json", "trace"
+
+
 def kind_of(path: Path) -> str:
-    """One of: 'profile' (saved dnnprof profile dir), 'run' (dnnprof run dir), 'kineto', 'kineto-dir', 'ncu-csv',
+    """One of: 'profile' (saved dnnprof profile dir), 'run' (dnnprof run dir), 'run-raw' (a run directory whose
+    profile was never assembled: its collector results and traces only), 'kineto', 'kineto-dir', 'ncu-csv',
     'ncu-rep', 'nsys-sqlite'. Raises TraceError for anything else."""
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
@@ -21,6 +26,8 @@ def kind_of(path: Path) -> str:
             return "profile"
         if (path / "profile" / "profile.json").is_file():
             return "run"
+        if (path / RUN_RESULTS).is_file() and (path / RUN_TRACES).is_dir():
+            return "run-raw"
         if trace_files(path):
             return "kineto-dir"
         raise TraceError(f"{path}: folder holds no trace (*.json, *.json.gz) and no dnnprof profile")
@@ -97,4 +104,7 @@ def open_profile(path: str | Path) -> Profile:
     if kind == "nsys-sqlite":
         raise TraceError(f"{p}: Nsight Systems SQLite exports are not supported yet; export a torch.profiler "
                          "(Kineto) trace instead")
+    if kind == "run-raw":
+        raise TraceError(f"{p}: a dnnprof run directory whose profile was never assembled; `dnnprof analyze` "
+                         "assembles it from its traces")
     raise TraceError(f"{p}: is an Nsight Compute {'report' if kind == 'ncu-rep' else 'CSV'}, not a timeline trace")

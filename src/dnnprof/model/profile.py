@@ -188,21 +188,38 @@ class Profile:
             raise ProfileError(f"{meta_path}: invalid JSON ({e.msg} at line {e.lineno})") from None
         if doc.get("format") != PROFILE_FORMAT:
             raise ProfileError(f"{d}: profile format {doc.get('format')!r}, this dnnprof reads {PROFILE_FORMAT}")
+        import pyarrow as pa
+
+        def read(path: Path) -> Any:
+            try:
+                return pq.ParquetFile(path, memory_map=True).read()  # lighter than read_table (no dataset layer)
+            except (pa.ArrowException, OSError) as e:
+                raise ProfileError(f"{path}: unreadable Parquet ({e})") from None
+
         tables: dict[str, Table] = {}
+        missing: list[str] = []
         for name, cols in TABLES.items():
             path = d / f"{name}.parquet"
             if not path.is_file():
                 tables[name] = empty_table(name)
+                missing.append(name)
                 continue
-            pt = pq.ParquetFile(path, memory_map=True).read()  # lighter than read_table (no dataset layer)
+            pt = read(path)
             t = empty_table(name, pt.num_rows)
             for c in cols:
                 if c.name in pt.column_names:
                     t[c.name] = pt.column(c.name).to_numpy(zero_copy_only=False).astype(c.dtype, copy=False)
             tables[name] = t
-        strings = pq.ParquetFile(d / "strings.parquet", memory_map=True).read().column("value").to_pylist()
+        if not (d / "strings.parquet").is_file():
+            raise ProfileError(f"{d}: not a complete dnnprof profile (no strings.parquet)")
+        strings = read(d / "strings.parquet").column("value").to_pylist()
         devices = [DeviceInfo.from_dict(x) for x in doc.get("devices", [])]
-        return cls(tables=tables, strings=strings, devices=devices, meta=doc.get("meta", {}))
+        meta = doc.get("meta", {})
+        if missing:  # a profile saved by an older dnnprof lacks newer tables; a deleted file shows here too
+            source = meta.setdefault("source", {"path": str(d), "format": "dnnprof-profile"})
+            source.setdefault("notes", []).append(f"tables missing from the saved profile (read as empty): "
+                                                   f"{', '.join(missing)}")
+        return cls(tables=tables, strings=strings, devices=devices, meta=meta)
 
     def query(self, sql: str, directory: str | os.PathLike[str] | None = None) -> Any:
         """Run SQL over the tables with DuckDB (embedded, no server); returns a DuckDB relation.

@@ -1,0 +1,39 @@
+"""What ``analyze`` and ``diff`` accept, opened as a profile: everything ``ingest.detect.open_profile`` reads, and
+a run directory whose profile was never assembled (its process ended before ``dnnprof run`` finished), assembled
+from its collector results and traces on the spot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dnnprof.cli.errors import UserError
+
+
+def open_source(path: Path) -> Any:
+    """The :class:`~dnnprof.model.profile.Profile` of ``path``; a :class:`UserError` naming the problem otherwise."""
+    from dnnprof.ingest.detect import kind_of, open_profile
+    from dnnprof.ingest.errors import TraceError
+
+    try:
+        if kind_of(path) == "run-raw":
+            return _assemble(path)
+        return open_profile(path)
+    except TraceError as e:
+        raise UserError(str(e)) from None
+
+
+def _assemble(run_dir: Path) -> Any:
+    from dnnprof.collect.assemble import AssembleError, assemble, load_collector
+
+    try:
+        col = load_collector(run_dir)
+        if col is None:
+            raise UserError(f"{run_dir}: no collector results")
+        profile, _ = assemble(run_dir, col)
+    except AssembleError as e:
+        raise UserError(f"{run_dir}: {e}") from None
+    profile.meta.setdefault("source", {})["notes"] = [
+        *profile.meta["source"].get("notes", []),
+        "assembled from the run's traces here: its profile/ was never written (the run ended early?)"]
+    return profile
