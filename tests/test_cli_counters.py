@@ -68,3 +68,9 @@ def test_analyze_a_parts_only_capture(tmp_path: Path) -> None:
     assert all(k["bound"] == theirs[k["name"]]["bound"] for k in top)
     for k in top:
         assert abs(k["memory_throughput_pct"] - theirs[k["name"]]["memory_throughput_pct"]) < 3
+
+
+def test_timeline_outputs_of_an_ncu_file_are_refused_with_a_reason(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(NCU / "ncu_raw.csv"), "--perfetto", str(tmp_path / "t.json")]) == 2
+    assert "has no timeline" in capsys.readouterr().err and not (tmp_path / "t.json").exists()

@@ -37,6 +37,9 @@ def analyze(
     except TraceError as e:
         raise UserError(str(e)) from None
     if kind in ("ncu-csv", "ncu-rep"):
+        if perfetto is not None or save is not None:
+            raise UserError(f"{trace}: an Nsight Compute file has no timeline: --perfetto and --save need a trace, "
+                            "run directory or saved profile (--json and --html work)")
         _analyze_ncu(trace, json_out, top, quiet, html)
         return
     profile = open_source(trace)
