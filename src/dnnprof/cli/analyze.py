@@ -27,8 +27,7 @@ def analyze(
                                                              "or --save)."),
 ) -> None:
     """Kernels, layers, phases, GPU busy/idle and findings of an existing trace."""
-    from dnnprof.analysis.summary import analyse, summary_of
-    from dnnprof.cli.sources import open_source
+    from dnnprof.cli.sources import analysed
     from dnnprof.ingest.detect import kind_of
     from dnnprof.ingest.errors import TraceError
 
@@ -42,16 +41,9 @@ def analyze(
                             "run directory or saved profile (--json and --html work)")
         _analyze_ncu(trace, json_out, top, quiet, html)
         return
-    profile = open_source(trace)
-    if rank not in profile.ranks:
-        raise UserError(f"{trace}: no rank {rank} (ranks in the trace: {profile.ranks})")
-    analysis = analyse(profile, rank=rank)
-    doc = summary_of(analysis)
-    from dnnprof.analysis.rules import findings_from_analysis
-
-    doc["findings"] = findings_from_analysis(analysis, doc)
+    analysis, doc = analysed(trace, rank)
     if save is not None:
-        profile.save(save)
+        analysis.profile.save(save)
     if json_out is not None:
         from dnnprof.render.json_out import write_json
 

@@ -9,8 +9,6 @@ from typing import Any
 
 import typer
 
-from dnnprof.cli.errors import UserError
-
 
 def load_summary(path: Path, rank: int = 0) -> dict[str, Any]:
     """The ``dnnprof.summary/1`` document of ``path``: a summary JSON as written by ``analyze --json``, a run
@@ -24,17 +22,9 @@ def load_summary(path: Path, rank: int = 0) -> dict[str, Any]:
             doc = None
         if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("dnnprof.summary/"):
             return doc
-    from dnnprof.analysis.rules import findings_from_analysis
-    from dnnprof.analysis.summary import analyse, summary_of
-    from dnnprof.cli.sources import open_source
+    from dnnprof.cli.sources import analysed
 
-    profile = open_source(path)
-    if rank not in profile.ranks:
-        raise UserError(f"{path}: no rank {rank} (ranks in the trace: {profile.ranks})")
-    analysis = analyse(profile, rank=rank)
-    doc = summary_of(analysis)
-    doc["findings"] = findings_from_analysis(analysis, doc)
-    return doc
+    return analysed(path, rank)[1]
 
 
 def diff(

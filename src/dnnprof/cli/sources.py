@@ -23,6 +23,21 @@ def open_source(path: Path) -> Any:
         raise UserError(str(e)) from None
 
 
+def analysed(path: Path, rank: int = 0) -> tuple[Any, dict[str, Any]]:
+    """The :class:`~dnnprof.analysis.summary.Analysis` of one rank of ``path`` and its summary document with the
+    findings."""
+    from dnnprof.analysis.rules import findings_from_analysis
+    from dnnprof.analysis.summary import analyse, summary_of
+
+    profile = open_source(path)
+    if rank not in profile.ranks:
+        raise UserError(f"{path}: no rank {rank} (ranks in the trace: {profile.ranks})")
+    analysis = analyse(profile, rank=rank)
+    doc = summary_of(analysis)
+    doc["findings"] = findings_from_analysis(analysis, doc)
+    return analysis, doc
+
+
 def _assemble(run_dir: Path) -> Any:
     from dnnprof.collect.assemble import AssembleError, assemble, load_collector
 
