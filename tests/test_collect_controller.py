@@ -189,3 +189,13 @@ def test_a_script_keeps_the_warm_up_it_asked_for(tmp_path: Path, fake_cuda: None
     cfg = CollectorConfig(warmup_steps=3, steps=2, attribution_steps=1, baseline_after_steps=1, nvml=False)
     col = _collect(tmp_path, cfg, lambda ctl: _train(ctl, 30))
     assert col["warmup"] == {"requested_steps": 3, "steps": 3, "until_steady": False, "reason": "requested"}
+
+
+def test_the_ncu_pass_runs_until_the_step_it_counts(tmp_path: Path) -> None:
+    """A steady warm-up can put the counted step past the configured plan: a built-in workload, which runs as many
+    steps as the plan says, must still reach it under ncu."""
+    from dnnprof.collect.controller import Controller
+
+    for step in (5, 40):  # a timed step of the plan as configured, and one far past it
+        cfg = CollectorConfig(mode="counters", warmup_steps=3, steps=4, nvml=False, counters_step=step)
+        assert Controller(torch, tmp_path, cfg).plan.total_steps > step + 1  # the boundary after it ends the pass

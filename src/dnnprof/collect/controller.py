@@ -41,7 +41,11 @@ class Controller:
         # The timed steps always run under the cheap timing window on a GPU; what they launch is joined from a
         # short window after them: ops and module ranges (default), or shapes, stacks and memory events (--full).
         attribution = config.attribution_steps if config.mode in ("default", "full") else 0
-        self.plan = Plan(config.warmup_steps, config.steps, attribution, config.baseline_after_steps)
+        warmup = config.warmup_steps
+        if config.mode == "counters" and config.counters_step is not None:
+            # The ncu pass runs until the step it counts, which a steady warm-up may have put past the plan.
+            warmup = max(warmup, config.counters_step)
+        self.plan = Plan(warmup, config.steps, attribution, config.baseline_after_steps)
         #: How the warm-up ended (``warmup_until_steady``): steps asked for and used, and why it stopped.
         self.warmup: dict[str, Any] = {"requested_steps": config.warmup_steps, "steps": config.warmup_steps,
                                        "until_steady": config.warmup_until_steady, "reason": "requested"}
