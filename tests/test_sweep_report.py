@@ -184,8 +184,15 @@ def test_cli_writes_three_reports(tmp_path: Path, capsys: pytest.CaptureFixture[
                                                                                  "precision", "modes"}
 
 
-@pytest.mark.parametrize(("content", "message"), [(None, "no sweep.json here"), ("{", "not readable JSON"),
-                                                  ('{"schema": "other"}', "not a dnnprof.sweep/1 document")])
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "no sweep.json here"), ("{", "not readable JSON"), ('{"schema": "other"}', "not a dnnprof.sweep/1 document"),
+    ('{"schema": "dnnprof.sweep/1"}', "missing required field `points`"),
+    ('{"schema": "dnnprof.sweep/1", "points": [{"batch_size": "x", "precision": "fp32", "mode": "train", '
+     '"status": "ok", "kind": "probe"}]}', "Expected `int`, got `str` - at `$.points[0].batch_size`"),
+    ('{"schema": "dnnprof.sweep/1", "points": [{"batch_size": 4, "precision": "fp32", "mode": "train", '
+     '"status": "ok", "kind": "probe", "step_time_ms": [1]}]}', "at `$.points[0].step_time_ms`"),
+    ('{"schema": "dnnprof.sweep/1", "points": [], "max_batch_size": [{"mode": "train"}]}',
+     "missing required field `precision`")])
 def test_report_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str) -> None:
     if content is not None:
         (tmp_path / "sweep.json").write_text(content)
