@@ -31,16 +31,14 @@ def _round(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def rank_row(profile: Profile, rank: int) -> dict[str, Any]:
-    """One rank's row of :func:`rank_overview` (also for a single-rank profile)."""
-    p = with_steps(profile, rank)
-    u = utilization(p, rank=rank)
+def kernel_times(p: Profile, rank: int, device: int) -> dict[str, Any]:
+    """Compute, collective and exposed collective time per step of one rank's GPU, from a profile whose steps are
+    already known (``with_steps``); also the rank's host step durations (ns) as ``host_ns``."""
     steps = p.tables["steps"]
     host = steps["dur_ns"][steps["rank"] == rank].astype(np.float64)
     n = max(host.size, 1)
     k = p.tables["kernels"]
-    rows = np.flatnonzero((k["rank"] == rank) & (k["device"] == u.device)
-                          & ((k["step"] >= 0) if host.size else True))
+    rows = np.flatnonzero((k["rank"] == rank) & (k["device"] == device) & ((k["step"] >= 0) if host.size else True))
     names = p.names(k["name_id"][rows]).tolist()
     fams: dict[str, str] = {}
     nccl = np.fromiter((fams.setdefault(x, family(x)) == "nccl" for x in names), dtype=bool, count=len(names))
@@ -50,13 +48,22 @@ def rank_row(profile: Profile, rank: int) -> dict[str, Any]:
     cs, ce = merge(s[~nccl], e[~nccl])
     nccl_ns = int((ne - ns).sum())
     overlapped = int(covered_per_window(cs, ce, ns, ne).sum()) if ns.size else 0
+    return {"host_ns": host, "compute_us_per_step": _round(int((ce - cs).sum()) / 1000 / n),
+            "nccl_us_per_step": _round(nccl_ns / 1000 / n),
+            "exposed_nccl_us_per_step": _round((nccl_ns - overlapped) / 1000 / n)}
+
+
+def rank_row(profile: Profile, rank: int) -> dict[str, Any]:
+    """One rank's row of :func:`rank_overview`."""
+    p = with_steps(profile, rank)
+    u = utilization(p, rank=rank)
+    times = kernel_times(p, rank, u.device)
+    host = times.pop("host_ns")
     return {
         "rank": rank, "device": u.device, "steps": int(host.size),
         "step_median_us": _round(np.median(host) / 1000) if host.size else None,
         "busy_pct": _round(u.busy_pct, 2) if u.steps else None,
-        "compute_us_per_step": _round(int((ce - cs).sum()) / 1000 / n),
-        "nccl_us_per_step": _round(nccl_ns / 1000 / n),
-        "exposed_nccl_us_per_step": _round((nccl_ns - overlapped) / 1000 / n),
+        **times,
     }
 
 

@@ -208,14 +208,11 @@ class Controller:
             self.warmup["reason"] = "no GPU in use"
             return
         durations = [self.end_ns[i] - self.start_ns[i] for i in range(1, k)]
-        requested_end = self.warmup.get("requested_end_ns")
-        if k == self.cfg.warmup_steps:
-            self.warmup["requested_end_ns"] = requested_end = now_ns
-        done, why = warm(durations, now_ns - self.start_ns[1] if k > 1 else 0, k - self.cfg.warmup_steps,
-                         now_ns - (requested_end or now_ns))
+        asked = self.cfg.warmup_steps  # its last step ended at end_ns[asked - 1], the boundary the window was due at
+        done, why = warm(durations, now_ns - self.start_ns[1] if k > 1 else 0, k - asked,
+                         now_ns - self.end_ns[asked - 1])
         if done:
             self.warmup.update(steps=k, reason=why)
-            self.warmup.pop("requested_end_ns", None)
             if k > self.cfg.warmup_steps:
                 self.notes.append(f"warmed up {k} steps (asked for {self.cfg.warmup_steps}): step times were still "
                                   f"changing{'; stopped at the limit' if why == 'cap' else ''}")
@@ -403,7 +400,7 @@ class Controller:
                      "pre_baseline": [self.plan.pre_baseline.start, self.plan.pre_baseline.stop],
                      "post_baseline": [self.plan.post_baseline.start, self.plan.post_baseline.stop]},
             "step_source": self.source,
-            "warmup": {k: v for k, v in self.warmup.items() if k != "requested_end_ns"},
+            "warmup": self.warmup,
             "steps_completed": self.completed,
             "step_start_ns": self.start_ns[: len(self.end_ns)],
             "step_end_ns": self.end_ns,

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dnnprof.render.terminal import bytes_text, us_text
+from dnnprof.render.terminal import bytes_text, pct_text, us_text
 
 
 def _change(pair: dict[str, Any], fmt: Any = us_text) -> str:
@@ -17,10 +17,6 @@ def _change(pair: dict[str, Any], fmt: Any = us_text) -> str:
     if pair.get("ratio") is not None:
         text += f" ({pair['ratio']:.2f}×)"
     return text
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}%"
 
 
 def _delta(us: float) -> str:
@@ -53,9 +49,9 @@ def render_diff(doc: dict[str, Any], console: Console | None = None, top: int = 
         unit = doc["throughput"].get("unit") or "items/s"
         console.print(f"throughput: {_change(doc['throughput'], lambda v: '-' if v is None else f'{v:,.1f} {unit}')}")
     g = doc["gpu"]
-    console.print(f"GPU busy: {_change(g['busy_pct'], _pct)}; kernels per step: {_change(g['kernel_us_per_step'])}; "
+    console.print(f"GPU busy: {_change(g['busy_pct'], pct_text)}; kernels per step: {_change(g['kernel_us_per_step'])}; "
                   f"idle per step: {_change(g['idle_us_per_step'])}; tensor cores: "
-                  f"{_change(g['tensor_core_pct'], _pct)}")
+                  f"{_change(g['tensor_core_pct'], pct_text)}")
     if doc.get("peak_allocated_bytes"):
         console.print(f"peak allocated: {_change(doc['peak_allocated_bytes'], bytes_text)}")
     phases = ", ".join(f"{k} {_change(v)}" for k, v in doc["phases_us_per_step"].items()

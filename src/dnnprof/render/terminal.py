@@ -20,7 +20,7 @@ def us_text(us: float | None) -> str:
     return f"{us:,.1f} µs"
 
 
-def _pct(x: float | None) -> str:
+def pct_text(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}%"
 
 
@@ -56,7 +56,7 @@ def _header(doc: dict[str, Any]) -> Panel:
     if not gpu.get("has_activity", True):
         lines.append("no GPU activity in this trace (CPU-only profile)", style="yellow")
         return Panel(lines, title="dnnprof", expand=False)
-    lines.append(f"GPU busy {_pct(gpu['busy_pct'])}", style="bold")
+    lines.append(f"GPU busy {pct_text(gpu['busy_pct'])}", style="bold")
     lines.append(f" of {us_text(gpu['window_us'])}: kernels {us_text(gpu['kernel_us'])}, memcpy {us_text(gpu['memcpy_us'])}, "
                  f"memset {us_text(gpu['memset_us'])}, idle {us_text(gpu['idle_us'])}\n")
     idle = gpu.get("idle_breakdown_us") or {}
@@ -64,9 +64,9 @@ def _header(doc: dict[str, Any]) -> Panel:
         parts = ", ".join(f"{k.replace('_', ' ')} {us_text(v)}" for k, v in sorted(idle.items(), key=lambda kv: -kv[1])
                           if v)
         lines.append(f"idle because: {parts}\n")
-    lines.append(f"tensor cores: {_pct(gpu.get('tensor_core_pct'))} of kernel time; "
+    lines.append(f"tensor cores: {pct_text(gpu.get('tensor_core_pct'))} of kernel time; "
                  f"attribution: {doc.get('attribution', {}).get('level', '?')} level, "
-                 f"{_pct(doc.get('attribution', {}).get('attributed_pct'))} of kernel time")
+                 f"{pct_text(doc.get('attribution', {}).get('attributed_pct'))} of kernel time")
     return Panel(lines, title="dnnprof", expand=False)
 
 
@@ -85,10 +85,10 @@ def _kernels(doc: dict[str, Any], top: int) -> Table:
     for col, just, width in columns:
         t.add_column(col, justify=just, no_wrap=True, overflow="ellipsis", max_width=width)
     for k in doc["kernels"][:top]:
-        cells = [_pct(k["pct"]), us_text(k["total_us"]), f"{k['calls']:,}", us_text(k["mean_us"]), us_text(k["max_us"]),
-                 k["family"], "✓" if k.get("tensor_core") else "", _pct(k.get(occ_key))]
+        cells = [pct_text(k["pct"]), us_text(k["total_us"]), f"{k['calls']:,}", us_text(k["mean_us"]), us_text(k["max_us"]),
+                 k["family"], "✓" if k.get("tensor_core") else "", pct_text(k.get(occ_key))]
         if counters:
-            cells += [_pct(k.get("sm_throughput_pct")), _pct(k.get("memory_throughput_pct")), k.get("bound") or "-"]
+            cells += [pct_text(k.get("sm_throughput_pct")), pct_text(k.get("memory_throughput_pct")), k.get("bound") or "-"]
         t.add_row(*cells, k["phase"], k["layer"] or "-", k["short_name"])
     return t
 
@@ -114,7 +114,7 @@ def _groups(title: str, rows: list[dict[str, Any]], key: str, top: int, calls_ke
     t.add_column("Kernels", justify="right")
     t.add_column("Name", overflow="fold", max_width=70)
     for r in rows[:top]:
-        t.add_row(_pct(r["pct"]), us_text(r["total_us"]), f"{r[calls_key]:,}", r[key])
+        t.add_row(pct_text(r["pct"]), us_text(r["total_us"]), f"{r[calls_key]:,}", r[key])
     return t
 
 
@@ -144,7 +144,7 @@ def _host_ops(doc: dict[str, Any], top: int) -> Table:
         t.add_column(col, justify="left" if col == "Op" else "right", no_wrap=True, overflow="ellipsis",
                      max_width=70 if col == "Op" else None)
     for r in doc["host_ops"][:top]:
-        t.add_row(_pct(r["self_pct"]), us_text(r["self_us"]), us_text(r["total_us"]), f"{r['calls']:,}", r["name"])
+        t.add_row(pct_text(r["self_pct"]), us_text(r["self_us"]), us_text(r["total_us"]), f"{r['calls']:,}", r["name"])
     return t
 
 
@@ -180,12 +180,12 @@ def _offender(o: dict[str, Any]) -> str:
 
 def _ranks(r: dict[str, Any]) -> Table:
     t = Table(title=f"Ranks ({r['count']}): slowest {r['slowest_rank']}, straggler {r['straggler_rank']}, step "
-                    f"spread {_pct(r['step_median_spread_pct'])}", title_justify="left")
+                    f"spread {pct_text(r['step_median_spread_pct'])}", title_justify="left")
     for col in ("Rank", "GPU", "Steps", "Step (median)", "Busy", "Compute/step", "NCCL/step", "Exposed NCCL/step"):
         t.add_column(col, justify="right")
     for x in r["per_rank"]:
         t.add_row(str(x["rank"]), str(x["device"]), str(x["steps"]), us_text(x["step_median_us"]),
-                  _pct(x["busy_pct"]), us_text(x["compute_us_per_step"]), us_text(x["nccl_us_per_step"]),
+                  pct_text(x["busy_pct"]), us_text(x["compute_us_per_step"]), us_text(x["nccl_us_per_step"]),
                   us_text(x["exposed_nccl_us_per_step"]))
     return t
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dnnprof.analysis.ranks import rank_row
+from dnnprof.analysis.ranks import kernel_times
 from dnnprof.analysis.rules.base import Finding, rule
 from dnnprof.analysis.rules.context import Context
 
@@ -29,7 +29,7 @@ def communication_exposed(ctx: Context) -> Finding | None:
     """
     if not ctx.window_ns or not any(r.family == "nccl" for r in ctx.kernels):
         return None
-    row = rank_row(ctx.profile, ctx.rank)
+    row = kernel_times(ctx.profile, ctx.rank, ctx.util.device)  # the analysis' own steps and device: no re-analysis
     exposed_us, nccl_us = row["exposed_nccl_us_per_step"] or 0.0, row["nccl_us_per_step"] or 0.0
     step_us = ctx.window_ns / ctx.n_windows / 1000.0
     share = 100.0 * exposed_us / step_us if step_us else 0.0
@@ -39,7 +39,7 @@ def communication_exposed(ctx: Context) -> Finding | None:
         id="communication-exposed",
         title=f"Communication exposed: {share:.0f}% of the step waits on collectives",
         summary=(f"collective kernels run {nccl_us / 1000:.2f} ms per step, {exposed_us / 1000:.2f} ms of it with no "
-                 f"compute kernel alongside (rank {ctx.rank}, GPU {row['device']})"),
+                 f"compute kernel alongside (rank {ctx.rank}, GPU {ctx.util.device})"),
         recommendation=("Overlap communication with compute: keep backward free of host syncs so DDP's bucketed "
                         "all-reduce runs under it, wrap gradient-accumulation micro-steps in no_sync(), tune "
                         "bucket_cap_mb, use gradient_as_bucket_view=True (FSDP: forward/backward prefetch); a larger "
@@ -47,7 +47,7 @@ def communication_exposed(ctx: Context) -> Finding | None:
                         "others wait inside their collectives: fix that rank first."),
         est_gain_pct=share,
         how_estimated="Exposed collective time per step / step time: what full overlap with compute would save.",
-        evidence={"rank": ctx.rank, "device": row["device"], "nccl_us_per_step": nccl_us,
+        evidence={"rank": ctx.rank, "device": ctx.util.device, "nccl_us_per_step": nccl_us,
                   "exposed_nccl_us_per_step": exposed_us, "compute_us_per_step": row["compute_us_per_step"],
                   "step_us": step_us, "exposed_pct": round(share, 2)},
     )
