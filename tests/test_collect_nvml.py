@@ -317,6 +317,26 @@ def test_helper_process_samples_and_sends_them_back(tmp_path: Any, monkeypatch: 
     assert cols["ts_ns"][0] > 1_600_000_000 * 10**9
 
 
+def test_helper_process_is_sampling_when_start_returns(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window that opens right after start() (a script whose steps take milliseconds) has samples from its
+    first moment: start() waits for the helper's first sample instead of racing its import of NVML."""
+    import importlib
+
+    (tmp_path / "fake_pynvml_mod.py").write_text(FAKE_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    nvml = Nvml(lib=importlib.import_module("fake_pynvml_mod"))
+    assert nvml.open()
+    s = NvmlSampler(nvml, [(0, nvml.handle(uuid="1234"))], period_s=0.5)
+    s.start()
+    started = time.time_ns()
+    s.stop()
+    st, cols = s.status(), s.columns()
+    assert st["sampled_in"] == "process" and "error" not in st, st
+    assert 0 < st["helper_ready_s"] < 10
+    assert cols["ts_ns"] and cols["ts_ns"][0] <= started
+
+
 def test_fake_library_objects_sample_in_a_thread() -> None:
     fake = FakeNvml([0], gpm=False)
     nvml = Nvml(lib=fake)

@@ -58,8 +58,18 @@ def test_the_run_extras_are_the_ones_the_gpu_run_wrote(assembled: tuple) -> None
     col, _, _, expected = assembled
     samples = json.loads((RUN / "samples.json").read_text())
     extras = metrics.run_extras(col, samples)
-    for key in ("samples", "memory", "overhead"):
+    for key in ("memory", "overhead"):
         assert extras[key] == expected[key], key
+    # The samples inside the timed steps are the ones the GPU run summarised ...
+    inside = {k: v for k, v in extras["samples"]["metrics"].items() if "outside_window_ms" not in v}
+    assert inside == expected["samples"]["metrics"]
+    # ... and the GPM metrics, which had no value inside the 114 ms of timed steps (the helper process took its
+    # first sample after they ended), now come from the nearest sample, flagged with how far outside it lies.
+    outside = {k: v for k, v in extras["samples"]["metrics"].items() if "outside_window_ms" in v}
+    assert outside["sm_active_pct"] == {"mean": 71.156, "median": 71.156, "p90": 71.156, "max": 71.156, "n": 1,
+                                        "outside_window_ms": 60.0}
+    assert set(outside) >= {"sm_occupancy_pct", "tensor_active_pct", "dram_bw_util_pct"}
+    assert "114.3 ms" in extras["samples"]["note"]
     t = extras["throughput"]
     assert {k: v for k, v in t.items() if not k.startswith("unprofiled")} == expected["throughput"]
     assert t["unprofiled_steps"] == len(expected["overhead"]["baseline_steps"])

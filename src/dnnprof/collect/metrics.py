@@ -160,12 +160,31 @@ def samples_summary(col: dict[str, Any], columns: dict[str, Any] | None) -> dict
     inside = (ts >= lo) & (ts <= hi)
     names = columns["metrics"]
     order = [m for m in KEY_METRICS if m in names] + sorted(m for m in names if m not in KEY_METRICS)
+    st = status if isinstance(status, dict) else {}
+    reach = int(1e9 * (float(st.get("period_s") or 0.05) + float(st.get("gpm_window_s") or 0.11)))
+    nearest = []
     for name in order:
-        v = value[inside & (metric == names.index(name))]
+        of_metric = metric == names.index(name)
+        v = value[inside & of_metric]
         if v.size:
             out["metrics"][name] = {"mean": round(float(v.mean()), 3), "median": round(float(np.median(v)), 3),
                                     "p90": round(float(np.percentile(v, 90)), 3), "max": round(float(v.max()), 3),
                                     "n": int(v.size)}
+            continue
+        # Steps shorter than the sampling period: no sample inside, so the one closest to the window's middle
+        # (NVML averages over its own trailing window, GPM values are stamped at their window's midpoint).
+        cand = np.flatnonzero(of_metric & (ts >= lo - reach) & (ts <= hi + reach))
+        if cand.size:
+            i = cand[np.argmin(np.abs(ts[cand] - (lo + hi) // 2))]
+            x = round(float(value[i]), 3)
+            off_ms = (int(ts[i]) - hi if ts[i] > hi else int(ts[i]) - lo) / 1e6
+            out["metrics"][name] = {"mean": x, "median": x, "p90": x, "max": x, "n": 1,
+                                    "outside_window_ms": round(off_ms, 1)}
+            nearest.append(name)
+    if nearest:
+        out["note"] = (f"the timed steps took {(hi - lo) / 1e6:.1f} ms, less than the sampling needs: "
+                       f"{', '.join(nearest)} from the sample nearest to them ('outside_window_ms': how far outside; "
+                       "run more steps for a mean over the steps)")
     return out
 
 

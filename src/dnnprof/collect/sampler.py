@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -36,6 +37,9 @@ from dnnprof.collect.nvml import GPM_METRICS, Nvml
 DEFAULT_PERIOD_S = 0.05
 #: NVML needs > 100 ms between the two GPM samples of one metric computation.
 GPM_MIN_WINDOW_S = 0.11
+#: How long ``start()`` waits for the helper process's first sample: a window that opens before the helper has
+#: imported and opened NVML would get no samples (a short window none at all).
+HELPER_READY_TIMEOUT_S = 10.0
 
 
 class _GpmRing:
@@ -124,6 +128,7 @@ class NvmlSampler:
         self._proc: subprocess.Popen[str] | None = None
         self._uuids: list[tuple[int, str]] = []
         self.mode = "thread"
+        self.ready_s: float | None = None  # how long the helper process took to take its first sample
         if process is not False and nvml.available and isinstance(nvml.lib, types.ModuleType) and clock_ns is time.time_ns:
             uuids = [(dev, nvml.device_info(h).get("uuid", "")) for dev, h in self.devices]
             if all(u for _, u in uuids):
@@ -217,7 +222,21 @@ class NvmlSampler:
             self.error = f"sampler process could not start ({e}); sampled in a thread instead"
             return False
         self.mode = "process"
+        self._wait_ready()
         return True
+
+    def _wait_ready(self) -> None:
+        """Block until the helper has taken its first sample (its "ready" line), at most
+        :data:`HELPER_READY_TIMEOUT_S`; a late helper is reported, not fatal."""
+        assert self._proc is not None and self._proc.stdout is not None
+        t0 = time.monotonic()
+        ready, _, _ = select.select([self._proc.stdout], [], [], HELPER_READY_TIMEOUT_S)
+        line = self._proc.stdout.readline() if ready else ""
+        self.ready_s = round(time.monotonic() - t0, 3)
+        if line.strip() != "ready":
+            self.error = (f"sampler process not sampling after {self.ready_s:.1f} s "
+                          f"({'it exited' if self._proc.poll() is not None else 'still starting'}): "
+                          "the first steps may have no samples")
 
     def _stop_process(self) -> None:
         proc, self._proc = self._proc, None
@@ -277,6 +296,7 @@ class NvmlSampler:
             "late_ticks": self.late_ticks,
             "samples": len(self.value),
             "metrics": list(self.metric_names),
+            **({"helper_ready_s": self.ready_s} if self.ready_s is not None else {}),
             **({"error": self.error} if self.error else {}),
         }
 
@@ -296,6 +316,11 @@ def _helper(argv: list[str]) -> int:
     sampler = NvmlSampler(nvml, devices, period_s=float(args["period_s"]), gpm=bool(args["gpm"]),
                           gpm_window_s=float(args["gpm_window_s"]), process=False)
     sampler.start()
+    deadline = time.monotonic() + HELPER_READY_TIMEOUT_S
+    while sampler.running and sampler.ticks == 0 and not sampler.error and time.monotonic() < deadline:
+        time.sleep(0.002)
+    sys.stdout.write("ready\n")  # the first sample is taken: the parent's window may open
+    sys.stdout.flush()
     sys.stdin.readline()
     sampler.stop()
     if len(devices) < len(args["devices"]):
