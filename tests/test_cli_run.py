@@ -197,7 +197,11 @@ def test_gpu_default_mode_joins_attribution_onto_timing(tmp_path: Path, script_a
 @pytest.mark.gpu
 def test_gpu_full_mode_and_compile(tmp_path: Path) -> None:
     _, meta, summary = _gpu_run(tmp_path, "--full")
-    assert meta["complete"] and meta["capture"]["kinds"] == ["full"]
+    # --full times its steps under the default mode's timing window, then records shapes, stacks, memory and
+    # modules in a short window after them, joined onto the timed kernels by launch order.
+    cap = meta["capture"]
+    assert meta["complete"] and cap["kinds"] == ["full", "timing"]
+    assert cap["attribution"]["window"] == "full" and cap["attribution"]["matched_kernels_pct"] >= 90
     assert summary["steps"]["count"] == 10
     _, meta, summary = _gpu_run(tmp_path / "compiled", script_args=("--compile",))
     assert meta["complete"]
