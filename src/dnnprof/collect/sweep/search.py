@@ -37,30 +37,37 @@ made late in the step): the search then gallops up from it, as it does when a fi
 promised trials are spent it bisects, from a gap of 3 or 4 at once (one midpoint then gives the promised ±1, which
 no guess beats), so it never does much worse than bisection.
 
+While doubling, the line through the two largest fits' peak reserved memory names the edge when a third fit lies
+on it (``STRAIGHT_FRACTION``): DeepSpeech2 fp32 inference grows by 29.55 MB a sample from batch 32 to 2048, and the
+line meets the capacity at 2828, the true edge, instead of doubling to 4096 and closing in from there. A guess that
+fits is followed by a secant step (the line through it and the fit before, unchecked). With one promised trial
+left, a guess right under the failure becomes ``hi - 2`` and one right above the fit ``lo + 2``: either result then
+gives the promised ±1.
+
 Replays of the real H100 records (``recorded_world`` in tests/test_sweep_search.py: the largest batch the H100 ran
-is the edge, unrun batches take their neighbours' numbers), in trials, without and with the fit as a demand point:
+is the edge, unrun batches take their neighbours' numbers), in trials: the first study (``study``), the same study
+run again (``second``), and the 512 MiB runs of DeepSpeech2-tiny:
 
-    ===================  =======  ========  ======================  =============
-    series               promise  H100 ran  demand model + gallop  regula falsi
-    ===================  =======  ========  ======================  =============
-    train fp32           13       13        13                      13
-    train amp-fp16       14       15        14                      14
-    train bf16           14       20        14                      14
-    infer fp32           15       21        17                      17
-    infer amp-fp16       16       22        29                      29
-    infer bf16           17       22        26                      26
-    tiny fp32, 512 MiB   12       23        13                      13
-    tiny bf16, 512 MiB   13       24        18                      16
-    ===================  =======  ========  ======================  =============
+    ====================  =======  ========  ============  ======================
+    series                promise  H100 ran  regula falsi  + straight line, hedge
+    ====================  =======  ========  ============  ======================
+    train fp32            13       13 / 13   13 / 13       13 / 13
+    train amp-fp16        14       15 / 15   14 / 15       14 / 14
+    train bf16            14       20 / 14   14 / 14       14 / 14
+    infer fp32            15       21 / 23   17 / 23       14 / 14
+    infer amp-fp16        16       22 / 19*  29 / 26       23 / 28
+    infer bf16            17       22 / –    26 / –        24 / –
+    tiny fp32, 512 MiB    12       23, 15    15            15
+    tiny bf16, 512 MiB    13       24, 15    15            15
+    ====================  =======  ========  ============  ======================
 
-The inference series stay over the promise in the replay. fp32 and amp-fp16 end where the H100's own search
-stopped (nothing run between 2829 and 2891; out of trials at 4777, the only failure at 8192), so the replay's
-failures right above them are extrapolated from farther ones, and no model names them within the two trials the
-promise leaves (fp32: the models agree to 0.15 %, the promise needs 0.04 %). bf16's edge is cuBLAS failing to
-allocate its handle (8772, no sizes), and the one sized failure (9828) came early in its step, so the demand model
-starts 12 % high. Where the H100's own search had a fitting prediction (fp32 inference: 2764 after the failure at
-4096), regula falsi from that fit names 2828 next and pins it at 16 trials, where the H100 galloped on to 21 and
-the demand model alone takes 19.
+The replays of inference in amp-fp16 and bf16 say little: the H100 tried nothing between its largest fit and a
+failure hundreds or thousands of batches higher (amp-fp16: 4777 to 8192 in the first study, 4621 to 5570 in the
+second, which ran out of time there: the * is unpinned), so the replay invents every failure in between from farther ones; their
+fits' peak reserved also jumps (68.6 GB at 4096, 52.1 GB at 4621: another algorithm). bf16's edge is cuBLAS
+failing to allocate its handle (8772, no sizes), and the one sized failure (9828) came early in its step, so the
+demand model starts 12 % high. Under 512 MiB the allocator's rounding makes peaks lumpy (batch 489 needed 31 MB
+more than 512), so no line names the edge there.
 """
 
 from __future__ import annotations
@@ -87,6 +94,10 @@ GALLOP_FIRST_STEP_DIVISOR = 512
 EXTRA_TRIALS = 6
 #: A fit's peak is a point on the demand line when it lies within this share of the capacity of it.
 SAME_CURVE_FRACTION = 0.03
+#: While doubling, the line through the two largest fits' peak reserved memory names the edge only when a third
+#: fit lies on it, within this share of the capacity: a straight line (DeepSpeech2 inference: 0.01 %) is trusted,
+#: a bending one (training, whose step makes late large allocations: 2.5 %) is left to the out-of-memory's sizes.
+STRAIGHT_FRACTION = 0.005
 FAIL_STATUSES = ("oom", "error", "timeout")
 
 
@@ -180,6 +191,7 @@ class BatchSearch:
     _streak: int = 0
     _pending: tuple[str, int | None] = ("double", None)
     _stopped: str | None = None
+    _secant: bool = False  # the last trial was a guess that fitted: the next may be a secant step
 
     # --- state ---------------------------------------------------------------------------------------------
     @property
@@ -244,6 +256,26 @@ class BatchSearch:
             return None
         slope = (b.used_bytes - a.used_bytes) / (b.batch_size - a.batch_size)  # type: ignore[operator]
         return b.used_bytes - slope * b.batch_size, slope  # type: ignore[operator]
+
+    def straight_edge(self, checked: bool = True) -> int | None:
+        """While doubling: where the line through the two largest fits' :attr:`Observation.need_bytes` (peak
+        reserved: what the caching allocator held, on one scale with the capacity) meets the capacity, when a
+        third, smaller fit lies on that line (:data:`STRAIGHT_FRACTION`); else None. ``checked=False`` skips the
+        third fit: after a guess that fitted, the line through it and the fit before is a secant step."""
+        cap = self._capacity()
+        ok = sorted((o for o in self.observations if o.fits and o.need_bytes is not None), key=lambda o: o.batch_size)
+        if cap is None or len(ok) < (3 if checked else 2):
+            return None
+        c, b = ok[-1], ok[-2]
+        need = {o.batch_size: float(o.need_bytes) for o in ok}  # type: ignore[arg-type]
+        if need[c.batch_size] - need[b.batch_size] < MIN_SPREAD_FRACTION * cap:
+            return None
+        slope = (need[c.batch_size] - need[b.batch_size]) / (c.batch_size - b.batch_size)
+        a = ok[-3] if checked else None
+        if a is not None and abs(need[b.batch_size] - slope * (b.batch_size - a.batch_size) - need[a.batch_size]) \
+                > STRAIGHT_FRACTION * cap:
+            return None
+        return c.batch_size + math.floor((cap - need[c.batch_size]) / slope)
 
     def predicted_max(self) -> int | None:
         """The largest batch whose peak memory, on the line through the fitting trials, stays within the
@@ -344,7 +376,8 @@ class BatchSearch:
         if self._mode == "gallop_up":
             self._pending = ("gallop_up", None)
             return min(lo + self._step, nxt)
-        pred = self.predicted_max()
+        preds = [p for p in (self.predicted_max(), self.straight_edge(checked=not self._secant)) if p is not None]
+        pred = min(preds) if preds else None
         if pred is not None and pred < nxt:
             self._pending = ("guided", pred)
             return max(pred, lo + 1)  # pred <= lo: the line says lo is the edge; lo + 1 checks it
@@ -363,7 +396,7 @@ class BatchSearch:
             pred = self.falsi_edge()
             if pred is not None:
                 self._pending = ("falsi", pred)
-                return pred if pred > lo else self._past_lo(lo, hi)
+                return self._below_hi(pred, lo, hi) if pred > lo + 1 else self._past_lo(lo, hi)
         if self._mode in ("double", "guided") and self._misses < MAX_GUIDED_MISSES:
             pred = self.predicted_edge() if self._memory_bound() else None
             if pred is None and self._memory_bound():
@@ -371,7 +404,7 @@ class BatchSearch:
                 pred = line_pred if line_pred is not None and lo < line_pred < hi else None
             if pred is not None and pred < hi:
                 self._pending = ("guided", pred)
-                return pred if pred > lo else self._past_lo(lo, hi)
+                return self._below_hi(pred, lo, hi) if pred > lo else self._past_lo(lo, hi)
         self._pending = ("bisect", None)
         return (lo + hi) // 2  # never tried before: a tried batch between lo and hi would have moved lo or hi
 
@@ -380,6 +413,12 @@ class BatchSearch:
         enough for the promised ±1 and also holds if the model is one short."""
         last = self.bounded and self.trials + 1 >= trial_bound(lo)
         return min(lo + 2, hi - 1) if last else lo + 1
+
+    def _below_hi(self, pred: int, lo: int, hi: int) -> int:
+        """A guess right under the failure: with one promised trial left, ``hi - 2`` fitting gives the promised
+        ±1 and holds if the guess is one too high, where ``hi - 1`` failing would leave the edge unpinned."""
+        last = self.bounded and self.trials + 1 >= trial_bound(lo)
+        return hi - 2 if last and pred == hi - 1 and hi - 2 > lo else pred
 
     def _first_step(self) -> int:
         """A gallop's first step: 2, or a small share of the batch for large batches (a prediction off by 1 %
@@ -410,6 +449,7 @@ class BatchSearch:
         """
         mode, pred = self._pending
         self._pending = ("double", None)
+        self._secant = mode == "guided" and obs.fits
         first_failure = self.hi is None and obs.status in FAIL_STATUSES and obs.batch_size > self.lo
         self.observations.append(obs)
         if obs.status == "skipped":
