@@ -7,9 +7,19 @@ Per rank (its primary device, its steps — inferred when the trace has none):
 * ``compute_us_per_step`` — kernel time of everything but collectives (NCCL kernels, ``kernel_names.family``);
 * ``nccl_us_per_step`` — collective kernel time (the union of their intervals);
 * ``exposed_nccl_us_per_step`` — collective time no compute kernel of the same GPU overlaps: what communication
-  costs the step. In data-parallel training a fast rank waits inside its all-reduce for the slowest one, so its
-  collectives grow by the difference: the **straggler** is the rank with the most compute per step, not the one
-  with the longest collectives.
+  costs the step.
+
+The **straggler** is the rank the others wait for. A collective ends on every rank together, when the last rank
+has joined it, so a rank that joins early spins inside its collective kernels until then: the rank with the
+*shortest* collectives joined last. Its lateness, ``straggler_wait_us_per_step``, is the median over the other ranks
+of (their collective time − its collective time) per step; it counts when it reaches ``STRAGGLER_MIN_WAIT_PCT`` of
+the median step. The cause is its GPU when it also computes longer than the others
+(``straggler_compute_excess_us_per_step`` > 0, a share of the wait), else its host (data loading, Python, a sync, an
+unbalanced input). Without collectives, a rank whose compute per step exceeds the others' by
+``STRAGGLER_MIN_SPREAD_PCT`` of the largest is reported instead (``straggler_basis``: ``collectives`` or ``compute``).
+Recorded on two H100s (``tests/data/ddp_h100``): DDP training where rank 1 sleeps 15 ms on the host before its
+backward pass; rank 0's all-reduce then takes 32.7 ms per step against rank 1's 0.25 ms, while their compute is
+3.1 and 2.8 ms — the rank with the most compute is not the one the others wait for.
 
 ``step_median_spread_pct`` = (slowest − fastest) / fastest step median.
 """
@@ -25,6 +35,11 @@ from dnnprof.analysis.kernel_names import family
 from dnnprof.analysis.steps import with_steps
 from dnnprof.analysis.utilization import utilization
 from dnnprof.model.profile import Profile
+
+#: The others wait for one rank inside their collectives for at least this share of the median step.
+STRAGGLER_MIN_WAIT_PCT = 5.0
+#: Without collectives: the ranks' compute per step differs by at least this share of the largest.
+STRAGGLER_MIN_SPREAD_PCT = 10.0
 
 
 def _round(x: float | None, digits: int = 3) -> float | None:
@@ -82,7 +97,40 @@ def rank_overview(profile: Profile) -> dict[str, Any] | None:
         out.update(slowest_rank=slow["rank"], fastest_rank=fast["rank"],
                    step_median_spread_pct=_round(100.0 * (slow["step_median_us"] - fast["step_median_us"])
                                                  / fast["step_median_us"], 2) if fast["step_median_us"] else None)
-    computed = [r for r in rows if r["compute_us_per_step"]]
-    if computed:
-        out["straggler_rank"] = max(computed, key=lambda r: r["compute_us_per_step"])["rank"]
+    out.update(straggler(rows))
+    return out
+
+
+def _median(xs: list[float]) -> float:
+    return float(np.median(np.asarray(xs, dtype=np.float64)))
+
+
+def straggler(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``straggler_rank`` (None when no rank stands out), ``straggler_basis``, ``straggler_wait_us_per_step`` and
+    ``straggler_compute_excess_us_per_step`` from the rows of :func:`rank_row` (see the module docstring)."""
+    out: dict[str, Any] = {"straggler_rank": None, "straggler_basis": None, "straggler_wait_us_per_step": None,
+                           "straggler_compute_excess_us_per_step": None}
+    steps = [r["step_median_us"] for r in rows if r.get("step_median_us")]
+    step = _median(steps) if steps else None
+    talking = [r for r in rows if r.get("nccl_us_per_step")]
+    if len(talking) == len(rows) >= 2 and step:
+        late = min(talking, key=lambda r: r["nccl_us_per_step"])
+        others = [r for r in talking if r is not late]
+        wait = _median([r["nccl_us_per_step"] - late["nccl_us_per_step"] for r in others])
+        if 100.0 * wait / step >= STRAGGLER_MIN_WAIT_PCT:
+            computes = [r["compute_us_per_step"] or 0.0 for r in others]
+            out.update(straggler_rank=late["rank"], straggler_basis="collectives",
+                       straggler_wait_us_per_step=_round(wait),
+                       straggler_compute_excess_us_per_step=_round((late["compute_us_per_step"] or 0.0)
+                                                                   - _median(computes)))
+            return out
+        return out  # the ranks join their collectives together: nobody waits for anybody
+    computed = [r for r in rows if r.get("compute_us_per_step")]
+    if len(computed) >= 2:
+        slow = max(computed, key=lambda r: r["compute_us_per_step"])
+        least = min(r["compute_us_per_step"] for r in computed)
+        if 100.0 * (slow["compute_us_per_step"] - least) / slow["compute_us_per_step"] >= STRAGGLER_MIN_SPREAD_PCT:
+            others = [r["compute_us_per_step"] for r in computed if r is not slow]
+            out.update(straggler_rank=slow["rank"], straggler_basis="compute",
+                       straggler_compute_excess_us_per_step=_round(slow["compute_us_per_step"] - _median(others)))
     return out

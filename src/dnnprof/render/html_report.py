@@ -11,6 +11,7 @@ from html import escape
 from typing import Any
 
 from dnnprof.render.roofline_svg import PRECISION_LABELS, roofline_svg
+from dnnprof.render.terminal import straggler_text
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2433;max-width:1400px}
@@ -126,7 +127,7 @@ def render_html(doc: dict[str, Any], top: int = 30) -> str:
     if doc.get("ranks"):
         r = doc["ranks"]
         parts.append(f"<h2>Ranks ({r['count']})</h2>"
-                     f'<div class="meta">slowest rank {r["slowest_rank"]}, straggler rank {r["straggler_rank"]}, '
+                     f'<div class="meta">slowest rank {r["slowest_rank"]}, {escape(straggler_text(r))}, '
                      f"step spread {_pct(r['step_median_spread_pct'])}</div>" + _table(
             [("rank", True), ("GPU", True), ("steps", True), ("step (median)", True), ("busy", True),
              ("compute/step", True), ("NCCL/step", True), ("exposed NCCL/step", True)],

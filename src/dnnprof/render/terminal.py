@@ -178,8 +178,16 @@ def _offender(o: dict[str, Any]) -> str:
     return ", ".join(x for x in (what, " at ".join(where), cost) if x)
 
 
+def straggler_text(r: dict[str, Any]) -> str:
+    """"straggler 1 (the others wait 32.4 ms/step for it)", "no straggler" …, from ``summary.ranks``."""
+    if r.get("straggler_rank") is None:
+        return "no straggler"
+    wait = r.get("straggler_wait_us_per_step")
+    return f"straggler {r['straggler_rank']}" + (f" (the others wait {us_text(wait)}/step for it)" if wait else "")
+
+
 def _ranks(r: dict[str, Any]) -> Table:
-    t = Table(title=f"Ranks ({r['count']}): slowest {r['slowest_rank']}, straggler {r['straggler_rank']}, step "
+    t = Table(title=f"Ranks ({r['count']}): slowest {r['slowest_rank']}, {straggler_text(r)}, step "
                     f"spread {pct_text(r['step_median_spread_pct'])}", title_justify="left")
     for col in ("Rank", "GPU", "Steps", "Step (median)", "Busy", "Compute/step", "NCCL/step", "Exposed NCCL/step"):
         t.add_column(col, justify="right")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import statistics
+
 from dnnprof.analysis.ranks import kernel_times
 from dnnprof.analysis.rules.base import Finding, rule
 from dnnprof.analysis.rules.context import Context
 
 #: ``communication-exposed``: collective kernel time no compute overlaps, as a share of step time, at least this.
 EXPOSED_MIN_PCT = 5.0
-#: ``rank-straggler``: the ranks' compute per step differs by at least this share of the largest.
-STRAGGLER_MIN_SPREAD_PCT = 10.0
 
 
 @rule("communication-exposed", group="distributed")
@@ -55,40 +55,68 @@ def communication_exposed(ctx: Context) -> Finding | None:
 
 @rule("rank-straggler", group="distributed")
 def rank_straggler(ctx: Context) -> Finding | None:
-    """One rank computes longer than the others, and every collective makes the others wait for it.
+    """One rank joins the collectives last, and every collective makes the others wait for it.
 
-    Pattern: a profile of several ranks (``summary.ranks``) whose compute per step (kernels other than
-    collectives) differs by ≥ ``STRAGGLER_MIN_SPREAD_PCT`` of the largest.
-    Algorithm: gain = (the straggler's compute − the median rank's compute) per step / the straggler's step time:
-    what the job gains when every rank computes like the median one.
-    Fix: balance the work (equal shards; bucket variable-length samples so every rank gets similar lengths),
-    check the straggler's GPU (clocks, temperature, power cap, PCIe link, other processes), its data loading and
-    host (CPU binding, NUMA).
+    Pattern: a profile of several ranks (``summary.ranks``) in which the others spend at least
+    ``STRAGGLER_MIN_WAIT_PCT`` of the step waiting for one rank inside their collectives: the rank with the shortest
+    collectives joined last (``analysis/ranks.py``). Without collectives: compute per step differing by
+    ``STRAGGLER_MIN_SPREAD_PCT`` of the largest.
+    Algorithm: gain = the others' wait per step / the median step (what the job gains when that rank is on time);
+    without collectives, (its compute − the median rank's) / its step. The cause is its GPU when it computes longer
+    than the others, else its host.
+    Fix: balance the work (equal shards; bucket variable-length samples so every rank gets similar lengths); for a
+    host-side delay, look at that rank's data loading, logging, syncs and CPU/NUMA binding; for a GPU one, its
+    clocks, temperature, power cap, PCIe link and other processes.
     """
     ranks = ctx.doc.get("ranks") or {}
-    rows = [r for r in ranks.get("per_rank", []) if r.get("compute_us_per_step")]
-    if len(rows) < 2:
+    late = ranks.get("straggler_rank")
+    rows = {r["rank"]: r for r in ranks.get("per_rank", [])}
+    if late is None or late not in rows:
         return None
-    computes = sorted(r["compute_us_per_step"] for r in rows)
-    slow = max(rows, key=lambda r: r["compute_us_per_step"])
-    spread = 100.0 * (computes[-1] - computes[0]) / computes[-1]
-    if spread < STRAGGLER_MIN_SPREAD_PCT:
-        return None
-    median = computes[len(computes) // 2] if len(computes) % 2 else 0.5 * (computes[len(computes) // 2 - 1]
-                                                                            + computes[len(computes) // 2])
-    step = slow.get("step_median_us") or slow["compute_us_per_step"]
-    gain = 100.0 * (slow["compute_us_per_step"] - median) / step if step else None
+    me = rows[late]
+    others = [r for k, r in rows.items() if k != late]
+    excess = ranks.get("straggler_compute_excess_us_per_step") or 0.0
+    computes = {str(k): r["compute_us_per_step"] for k, r in rows.items()}
+    steps = [r["step_median_us"] for r in rows.values() if r.get("step_median_us")]
+    step = statistics.median(steps) if steps else None
+    if ranks.get("straggler_basis") == "collectives":
+        wait = ranks["straggler_wait_us_per_step"]
+        gpu = excess > 0.5 * wait
+        cause = (f"it computes {excess / 1000:.2f} ms more per step than the others" if gpu else
+                 f"its GPU computes no longer than the others' ({(me['compute_us_per_step'] or 0) / 1000:.2f} ms "
+                 f"against a median {statistics.median(r['compute_us_per_step'] or 0 for r in others) / 1000:.2f}"
+                 " ms per step): the delay is on its host")
+        title = (f"Straggler: the other ranks wait {wait / 1000:.1f} ms per step for rank {late} in their "
+                 "collectives")
+        summary = (f"rank {late}'s collectives take {me['nccl_us_per_step'] / 1000:.2f} ms per step, the others' "
+                   f"{wait / 1000 + me['nccl_us_per_step'] / 1000:.2f} ms (median): rank {late} joins them last; {cause}")
+        gain = 100.0 * wait / step if step else None
+        how = ("The others' wait for it per step (median of their collective time − its collective time) / the median "
+               "step: what the job gains when it joins on time; an upper bound.")
+        rec = ("Find what makes that rank late. " + (
+            "Its GPU does more work: balance shards and sequence lengths across ranks, and check its clocks, "
+            "temperature, power cap, PCIe link and other processes." if gpu else
+            "Its host is late: profile that rank (DNNPROF_PROFILE_RANK=N with dnnprof run) for data loading, "
+            "logging, .item()/sync calls and Python work the others skip (rank-0-only code runs on one rank), and "
+            "check its CPU/NUMA binding and DataLoader workers."))
+    else:
+        vals = sorted(r["compute_us_per_step"] for r in rows.values() if r.get("compute_us_per_step"))
+        spread = 100.0 * (vals[-1] - vals[0]) / vals[-1]
+        title = f"Straggler: rank {late} computes {spread:.0f}% longer per step than the fastest rank"
+        summary = (f"compute per step ranges {vals[0] / 1000:.2f}–{vals[-1] / 1000:.2f} ms over {len(vals)} ranks; "
+                   f"the others will wait for rank {late} at every synchronisation")
+        own = me.get("step_median_us") or me["compute_us_per_step"]
+        gain = 100.0 * excess / own if own else None
+        how = ("(straggler's compute − median rank's compute) per step / the straggler's step time: every rank "
+               "computing like the median one.")
+        rec = ("Balance the work across ranks (equal shards; bucket variable-length samples so each rank gets similar "
+               "lengths) and check the slow rank's GPU (clocks, temperature, power cap, PCIe link, other processes), "
+               "data loading and CPU/NUMA binding.")
     return Finding(
-        id="rank-straggler",
-        title=f"Straggler: rank {slow['rank']} computes {spread:.0f}% longer per step than the fastest rank",
-        summary=(f"compute per step ranges {computes[0] / 1000:.2f}–{computes[-1] / 1000:.2f} ms over "
-                 f"{len(rows)} ranks; the others wait for rank {slow['rank']} in their collectives"),
-        recommendation=("Balance the work across ranks (equal shards; bucket variable-length samples so each rank "
-                        "gets similar lengths) and check the slow rank's GPU (clocks, temperature, power cap, PCIe "
-                        "link, other processes), data loading and CPU/NUMA binding."),
-        est_gain_pct=gain,
-        how_estimated=("(straggler's compute − median rank's compute) per step / the straggler's step time: every "
-                       "rank computing like the median one."),
-        evidence={"straggler_rank": slow["rank"], "spread_pct": round(spread, 2),
-                  "per_rank_compute_us": {str(r["rank"]): r["compute_us_per_step"] for r in rows}},
+        id="rank-straggler", title=title, summary=summary, recommendation=rec, est_gain_pct=gain, how_estimated=how,
+        evidence={"straggler_rank": late, "basis": ranks.get("straggler_basis"),
+                  "wait_us_per_step": ranks.get("straggler_wait_us_per_step"),
+                  "compute_excess_us_per_step": ranks.get("straggler_compute_excess_us_per_step"),
+                  "per_rank_compute_us": computes,
+                  "per_rank_nccl_us": {str(k): r["nccl_us_per_step"] for k, r in rows.items()}},
     )

@@ -146,7 +146,8 @@ def low_occupancy(ctx: Context) -> Finding | None:
 def small_grid(ctx: Context) -> Finding | None:
     """Kernels launched with fewer blocks than the GPU has SMs.
 
-    Pattern: grid size (blocks) < SM count, so some SMs get no work for the kernel's whole duration.
+    Pattern: grid size (blocks) < SM count, so some SMs get no work for the kernel's whole duration; collective
+    (NCCL) kernels are left out.
     Algorithm: per launch, empty SM-time = duration × (1 − blocks/SMs); fires when such launches take ≥
     ``SMALL_GRID_MIN_KERNEL_PCT`` of kernel time and their empty SM-time is ≥ ``SMALL_GRID_MIN_WASTE_PCT``.
     Fix: give each kernel more parallel work — a larger batch, fused/batched small ops (``torch.bmm``,
@@ -158,7 +159,13 @@ def small_grid(ctx: Context) -> Finding | None:
     k = ctx.profile.tables["kernels"]
     sel = np.flatnonzero((k["rank"] == ctx.rank) & ((k["step"] >= 0) if ctx.has_steps else True))
     blocks = (k["grid_x"][sel].astype(np.int64) * np.maximum(k["grid_y"][sel], 1) * np.maximum(k["grid_z"][sel], 1))
-    small = (blocks > 0) & (blocks < sms)
+    # Collectives (NCCL) run on a few channels by design and spend their time on links or waiting for other ranks:
+    # more blocks would not help them (communication-exposed, rank-straggler speak for them).
+    nccl = np.zeros(k["dur_ns"].size, dtype=bool)
+    for r in ctx.kernels:
+        if r.family == "nccl":
+            nccl[r.rows] = True
+    small = (blocks > 0) & (blocks < sms) & ~nccl[sel]
     d = k["dur_ns"][sel].astype(np.float64)
     t = float(d[small].sum())
     waste = float((d[small] * (1.0 - blocks[small] / sms)).sum())
