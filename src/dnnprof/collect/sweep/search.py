@@ -40,34 +40,36 @@ no guess beats), so it never does much worse than bisection.
 While doubling, the line through the two largest fits' peak reserved memory names the edge when a third fit lies
 on it (``STRAIGHT_FRACTION``): DeepSpeech2 fp32 inference grows by 29.55 MB a sample from batch 32 to 2048, and the
 line meets the capacity at 2828, the true edge, instead of doubling to 4096 and closing in from there. A guess that
-fits is followed by a secant step (the line through it and the fit before, unchecked). With one promised trial
-left, a guess right under the failure becomes ``hi - 2`` and one right above the fit ``lo + 2``: either result then
-gives the promised ±1.
+fits is followed by a secant step (the line through it and the fit before, unchecked). A guess that fails without
+sizes (cuBLAS failing to allocate its handle) failed at the very edge: the search gallops down from it in steps of
+2, 8, 32 … With one promised trial left, a guess right under the failure becomes ``hi - 2`` and one right above the
+fit ``lo + 2``: either result then gives the promised ±1. The line is no law: under memory pressure the caching
+allocator hands cached blocks back, so in training the reserved line bends near the capacity (fp32: it named 798,
+which fitted with its reserved at the capacity; the edge is 911).
 
-Replays of the real H100 records (``recorded_world`` in tests/test_sweep_search.py: the largest batch the H100 ran
-is the edge, unrun batches take their neighbours' numbers), in trials: the first study (``study``), the same study
-run again (``second``), and the 512 MiB runs of DeepSpeech2-tiny:
+Trials per series of the DeepSpeech2 study on the H100: as run (the first study, its second run with fits as
+demand points, its third run with this search), and replayed on the records (``recorded_world`` in
+tests/test_sweep_search.py: the largest batch the H100 ran is the edge, unrun batches take their neighbours'
+numbers) with regula falsi alone and with this search, first / second / third records:
 
-    ====================  =======  ========  ============  ======================
-    series                promise  H100 ran  regula falsi  + straight line, hedge
-    ====================  =======  ========  ============  ======================
-    train fp32            13       13 / 13   13 / 13       13 / 13
-    train amp-fp16        14       15 / 15   14 / 15       14 / 14
-    train bf16            14       20 / 14   14 / 14       14 / 14
-    infer fp32            15       21 / 23   17 / 23       14 / 14
-    infer amp-fp16        16       22 / 19*  29 / 26       23 / 28
-    infer bf16            17       22 / –    26 / –        24 / –
-    tiny fp32, 512 MiB    12       23, 15    15            15
-    tiny bf16, 512 MiB    13       24, 15    15            15
-    ====================  =======  ========  ============  ======================
+    ==============  =======  ==============  ==============  ==================
+    series          promise  H100 ran        regula falsi    this search
+    ==============  =======  ==============  ==============  ==================
+    train fp32      13       13 / 13 / 15    13 / 13 / –     13 / 13 / 15
+    train amp-fp16  14       15 / 15 / 14    14 / 15 / –     14 / 14 / 14
+    train bf16      14       20 / 14 / 14    14 / 14 / –     14 / 14 / 14
+    infer fp32      15       21 / 23 / 14    17 / 23 / –     14 / 14 / 14
+    infer amp-fp16  16       22 / 19* / 27   29 / 26 / –     23 / 28 / 27
+    infer bf16      17       22 / – / 24     26 / – / –      19 / – / 17
+    ==============  =======  ==============  ==============  ==================
 
-The replays of inference in amp-fp16 and bf16 say little: the H100 tried nothing between its largest fit and a
-failure hundreds or thousands of batches higher (amp-fp16: 4777 to 8192 in the first study, 4621 to 5570 in the
-second, which ran out of time there: the * is unpinned), so the replay invents every failure in between from farther ones; their
-fits' peak reserved also jumps (68.6 GB at 4096, 52.1 GB at 4621: another algorithm). bf16's edge is cuBLAS
-failing to allocate its handle (8772, no sizes), and the one sized failure (9828) came early in its step, so the
-demand model starts 12 % high. Under 512 MiB the allocator's rounding makes peaks lumpy (batch 489 needed 31 MB
-more than 512), so no line names the edge there.
+(* unpinned: that run ran out of time). The third run's infer bf16 bisected after the unsized failure (24); the
+gallop down came after it and is checked on its records only. The replays of amp-fp16 inference say little: the
+H100 tried nothing between its largest fit and a failure far above it, so the replay invents every failure in
+between; the fits' peak reserved also jumps (68.6 GB at 4096, 52.1 GB at 4621: another algorithm), and the edge
+itself moves between runs (4777, ≥ 4621, 5238). Under a 512 MiB limit (DeepSpeech2-tiny, 15 and 15 trials against
+12 and 13) the allocator's rounding makes peaks lumpy (batch 489 needed 31 MB more than 512), so no line names the
+edge there.
 """
 
 from __future__ import annotations
@@ -87,8 +89,9 @@ SLOPE_SPREAD_FRACTION = 0.01
 MAX_GUIDED_MISSES = 2
 #: A gallop's steps grow by this factor after each trial that did not cross the edge.
 GALLOP_GROWTH = 4
-#: A gallop starts with a step of ``lo // GALLOP_FIRST_STEP_DIVISOR`` (at least 2).
+#: A gallop starts with a step of ``lo // GALLOP_FIRST_STEP_DIVISOR`` (at least ``GALLOP_MIN_STEP``).
 GALLOP_FIRST_STEP_DIVISOR = 512
+GALLOP_MIN_STEP = 2
 #: Once the promised trials are spent, the search stops when the edge is known to ±1; after this many more trials
 #: it only bisects (at most log2 of the bracket more).
 EXTRA_TRIALS = 6
@@ -423,7 +426,7 @@ class BatchSearch:
     def _first_step(self) -> int:
         """A gallop's first step: 2, or a small share of the batch for large batches (a prediction off by 1 %
         at batch 5000 is 50 batches away)."""
-        return max(2, self.lo // GALLOP_FIRST_STEP_DIVISOR)
+        return max(GALLOP_MIN_STEP, self.lo // GALLOP_FIRST_STEP_DIVISOR)
 
     def _explained(self, obs: Observation) -> bool:
         """A failure whose sizes say it needed more than the capacity."""
@@ -456,8 +459,11 @@ class BatchSearch:
             self.stop("skipped")
             return
         if first_failure and self.lo > 0:
-            # The first failure brings the demand model: whatever the line did while doubling, trust it afresh.
+            # The first failure brings the demand model: whatever the line did while doubling, trust it afresh;
+            # unless it has no sizes and came at a line's guess (see below): then the edge lies right under it.
             self._mode, self._misses = "double", 0
+            if mode == "guided" and obs.status == "oom" and obs.demand_bytes is None:
+                self._mode, self._step = "gallop_down", GALLOP_MIN_STEP
             return
         # A fit above a regula falsi guess (lo + 1 where it named lo) contradicts it: gallop up, do not creep.
         falsi_missed = mode == "falsi" and obs.fits and obs.batch_size > (pred or 0)
@@ -478,6 +484,10 @@ class BatchSearch:
                 self._mode, self._step = "gallop_up", self._first_step()
             elif self._misses >= MAX_GUIDED_MISSES:
                 self._mode, self._step = "gallop_down", self._first_step()
+            elif obs.demand_bytes is None and obs.status == "oom" and self.hi == obs.batch_size:
+                # A guess failing without sizes (cuBLAS could not allocate its handle or workspace) failed at the
+                # very edge: no model gets nearer, so gallop down from it in steps of 2, 8, 32 …
+                self._mode, self._step = "gallop_down", GALLOP_MIN_STEP
             else:
                 self._mode = "double"  # refit the demand model with the new failure
         elif mode in ("gallop_up", "gallop_down"):
