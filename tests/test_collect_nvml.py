@@ -295,7 +295,9 @@ def nvmlGpmQueryDeviceSupport(h):
 '''
 
 
-def test_helper_process_samples_and_sends_them_back(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def module_nvml(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Nvml:
+    """An opened Nvml on a fake ``pynvml``-like module the helper process can import too."""
     import importlib
 
     (tmp_path / "fake_pynvml_mod.py").write_text(FAKE_MODULE)
@@ -303,6 +305,11 @@ def test_helper_process_samples_and_sends_them_back(tmp_path: Any, monkeypatch: 
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     nvml = Nvml(lib=importlib.import_module("fake_pynvml_mod"))
     assert nvml.open()
+    return nvml
+
+
+def test_helper_process_samples_and_sends_them_back(module_nvml: Nvml) -> None:
+    nvml = module_nvml
     s = NvmlSampler(nvml, [(0, nvml.handle(uuid="1234"))], period_s=0.01)
     s.start()
     assert s.running and s.mode == "process"
@@ -317,16 +324,10 @@ def test_helper_process_samples_and_sends_them_back(tmp_path: Any, monkeypatch: 
     assert cols["ts_ns"][0] > 1_600_000_000 * 10**9
 
 
-def test_helper_process_is_sampling_when_start_returns(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_helper_process_is_sampling_when_start_returns(module_nvml: Nvml) -> None:
     """A window that opens right after start() (a script whose steps take milliseconds) has samples from its
     first moment: start() waits for the helper's first sample instead of racing its import of NVML."""
-    import importlib
-
-    (tmp_path / "fake_pynvml_mod.py").write_text(FAKE_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    nvml = Nvml(lib=importlib.import_module("fake_pynvml_mod"))
-    assert nvml.open()
+    nvml = module_nvml
     s = NvmlSampler(nvml, [(0, nvml.handle(uuid="1234"))], period_s=0.5)
     s.start()
     started = time.time_ns()
