@@ -79,3 +79,18 @@ def test_summary_json_and_bad_inputs(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["diff", str(RUN_SUMMARY), str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err
     assert "missing.json" in err and "Traceback" not in err
+
+
+def test_a_late_peer_shows_as_time_in_collectives_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two real DDP runs on two H100s, the second with rank 1 sleeping 15 ms before each backward: rank 0 looks
+    busier (51 → 82 %) because its all-reduce spins while it waits; the diff says how much of the window that is."""
+    ddp = Path(__file__).parent / "data" / "ddp_h100"
+    out = tmp_path / "diff.json"
+    assert main(["diff", str(ddp / "balanced"), str(ddp / "straggler"), "--json", str(out)]) == 0
+    assert "collectives alone (transfer, or waiting for other ranks): 39.2% → 73.7%" in capsys.readouterr().out
+    d = json.loads(out.read_text())
+    assert d["gpu"]["collectives_only_pct"] == {"base": 39.2, "new": 73.68, "ratio": 1.8796, "delta": 34.48}
+    import jsonschema
+
+    schema = Path(__file__).parents[1] / "src" / "dnnprof" / "render" / "schemas" / "diff-1.schema.json"
+    jsonschema.validate(d, json.loads(schema.read_text()))

@@ -185,3 +185,27 @@ def test_balanced_ranks_still_show_which_one_joins_the_all_reduce_last(tmp_path:
     assert straggler["straggler_wait_us_per_step"] > 3 * balanced["straggler_wait_us_per_step"]
     # every rank's view agrees
     assert _ddp(tmp_path, "straggler", 1)["ranks"]["straggler_rank"] == 1
+
+
+def test_busy_time_spent_in_collectives_alone_is_shown_apart(tmp_path: Path) -> None:
+    """Rank 0 of the straggler run is 81.7 % busy, but 73.7 % of its window is its all-reduce spinning for rank 1
+    (30.5 ms per step); rank 1, which others wait for, spends 0.6 % so. Single-GPU traces have no such key."""
+    r0, r1 = _ddp(tmp_path, "straggler", 0)["gpu"], _ddp(tmp_path, "straggler", 1)["gpu"]
+    assert r0["busy_pct"] == 81.7 and r0["collectives_only_pct"] == 73.68
+    assert r0["collectives_only_us"] == pytest.approx(91621.7, abs=0.1)
+    assert r1["collectives_only_pct"] == 0.6
+    out = tmp_path / "single.json"
+    assert main(["analyze", str(TRACES[0]), "--json", str(out), "--quiet"]) == 0
+    assert "collectives_only_us" not in json.loads(out.read_text())["gpu"]
+    from io import StringIO
+
+    from rich.console import Console
+
+    from dnnprof.render.html_report import render_html
+    from dnnprof.render.terminal import render
+
+    doc = _ddp(tmp_path, "straggler", 0)
+    assert "collectives alone" in render_html(doc)
+    buf = StringIO()
+    render(doc, console=Console(file=buf, width=200, force_terminal=False))
+    assert "collectives alone (transfer, or waiting for other ranks): 91.62 ms, 73.7% of the window" in buf.getvalue()

@@ -82,6 +82,8 @@ def diff_summaries(base: dict[str, Any], new: dict[str, Any], top: int = 20) -> 
             **{f"{k}_per_step": _pair(None if bg.get(k) is None else round(bg[k] / nb, 3),
                                       None if ng.get(k) is None else round(ng[k] / nn, 3))
                for k in ("kernel_us", "memcpy_us", "memset_us", "idle_us")},
+            **({"collectives_only_pct": _pair(bg.get("collectives_only_pct"), ng.get("collectives_only_pct"))}
+               if "collectives_only_pct" in bg or "collectives_only_pct" in ng else {}),
         },
         "phases_us_per_step": {
             k[:-3]: _pair(round((base.get("phases") or {}).get(k, 0.0) / nb, 3),

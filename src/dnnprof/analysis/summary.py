@@ -60,6 +60,15 @@ def _num(x: float, digits: int = 2) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), digits)
 
 
+def _collectives_json(u: Any, window: int) -> dict[str, Any]:
+    """``collectives_only_us``/``_pct``: busy time in which only collective kernels ran (their spin while waiting
+    for other ranks included); present only when the GPU ran collectives."""
+    alone = u.total("collectives_only_ns")
+    if not u.has_collectives:
+        return {}
+    return {"collectives_only_us": _us(alone), "collectives_only_pct": _num(100.0 * alone / window) if window else None}
+
+
 def summarize(profile: Profile, rank: int = 0) -> dict[str, Any]:
     """The summary document of one rank of a profile (see docs/summary-json.md)."""
     return summary_of(analyse(profile, rank))
@@ -111,6 +120,7 @@ def summary_of(a: Analysis) -> dict[str, Any]:
             "idle_breakdown_us": {c: _us(v) for c, v in u.idle_by_cause_ns().items()},
             "tensor_core_pct": _num(100.0 * tc_ns / kernel_total) if kernel_total else None,
             "window": "whole_trace" if u.whole_trace else "steps",
+            **_collectives_json(u, window),
         },
         "attribution": {
             "level": a.attribution.level,

@@ -10,6 +10,9 @@ Definitions (all per GPU-side step window, see ``model.steps.assign_steps``):
   (stream/device/event synchronize, a blocking copy) returns; ``host_launch`` — the next GPU work was launched
   only after the GPU went idle (empty launch queue: the host is too slow); ``other`` — work was already queued
   (waits on events or other streams, launch latency) or the cause is not in the trace.
+* collectives alone: busy time in which only collective kernels (NCCL) run. A collective kernel starts when its
+  rank joins and spins until the last rank has joined, so this is transfer plus waiting for other ranks: busy to
+  the GPU, no work for the step.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dnnprof.analysis.intervals import covered_per_window, gaps, merge
+from dnnprof.analysis.kernel_names import family
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import API_KINDS, OP_CATEGORIES
 
@@ -39,6 +43,7 @@ class StepTime:
     memset_ns: int
     idle_ns: int
     idle_by_cause_ns: dict[str, int] = field(default_factory=dict)
+    collectives_only_ns: int = 0
 
     @property
     def busy_ns(self) -> int:
@@ -52,6 +57,7 @@ class Utilization:
     device: int
     steps: list[StepTime]
     whole_trace: bool  # True when there were no steps and the window is the trace's GPU span
+    has_collectives: bool = False  # the device ran collective (NCCL) kernels
 
     def total(self, attr: str) -> int:
         return int(sum(getattr(s, attr) for s in self.steps))
@@ -107,6 +113,19 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
     ms_km = merge(np.concatenate([parts["kernels"][0], parts["memcpy"][0]]),
                   np.concatenate([parts["kernels"][1], parts["memcpy"][1]]))
     ms_all = merge(all_s, all_e)
+    # Everything but collective kernels: the busy time it leaves is collectives alone.
+    krows = _gpu_rows(profile, "kernels", rank, device)
+    fams: dict[int, bool] = {}
+    ids = profile.tables["kernels"]["name_id"][krows]
+    for i in np.unique(ids).tolist():
+        fams[i] = family(str(profile.names(np.array([i]))[0])) == "nccl"
+    nccl = np.fromiter((fams[i] for i in ids.tolist()), dtype=bool, count=ids.size)
+    if nccl.any():
+        ks, ke = parts["kernels"]
+        ms_rest = merge(np.concatenate([ks[~nccl], parts["memcpy"][0], parts["memset"][0]]),
+                        np.concatenate([ke[~nccl], parts["memcpy"][1], parts["memset"][1]]))
+    else:
+        ms_rest = ms_all
 
     steps = profile.tables["steps"]
     sel = np.flatnonzero((steps["rank"] == rank) & (steps["gpu_start_ns"] >= 0))
@@ -126,6 +145,7 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
     cov_k = covered_per_window(*ms_k, lo, hi)
     cov_km = covered_per_window(*ms_km, lo, hi)
     cov_all = covered_per_window(*ms_all, lo, hi)
+    cov_rest = covered_per_window(*ms_rest, lo, hi)
     sync_s, sync_e = _sync_calls(profile, rank)
     dl = merge(*_dataloader_ranges(profile, rank))
 
@@ -136,8 +156,9 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
         out.append(StepTime(
             number=int(numbers[i]), host_ns=int(host[i]), window_ns=int(window[i]), kernel_ns=int(cov_k[i]),
             memcpy_ns=int(cov_km[i] - cov_k[i]), memset_ns=int(cov_all[i] - cov_km[i]),
-            idle_ns=int(window[i] - cov_all[i]), idle_by_cause_ns=causes))
-    return Utilization(device, out, whole)
+            idle_ns=int(window[i] - cov_all[i]), idle_by_cause_ns=causes,
+            collectives_only_ns=int(cov_all[i] - cov_rest[i])))
+    return Utilization(device, out, whole, has_collectives=bool(nccl.any()))
 
 
 def _sync_calls(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:

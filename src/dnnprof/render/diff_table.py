@@ -52,6 +52,9 @@ def render_diff(doc: dict[str, Any], console: Console | None = None, top: int = 
     console.print(f"GPU busy: {_change(g['busy_pct'], pct_text)}; kernels per step: {_change(g['kernel_us_per_step'])}; "
                   f"idle per step: {_change(g['idle_us_per_step'])}; tensor cores: "
                   f"{_change(g['tensor_core_pct'], pct_text)}")
+    if g.get("collectives_only_pct"):
+        console.print(f"collectives alone (transfer, or waiting for other ranks): "
+                      f"{_change(g['collectives_only_pct'], pct_text)} of the window")
     if doc.get("peak_allocated_bytes"):
         console.print(f"peak allocated: {_change(doc['peak_allocated_bytes'], bytes_text)}")
     phases = ", ".join(f"{k} {_change(v)}" for k, v in doc["phases_us_per_step"].items()

@@ -58,6 +58,8 @@ def _cards(doc: dict[str, Any]) -> str:
     items = [("GPU busy", _pct(gpu.get("busy_pct"))), ("steps", str(steps["count"])),
              ("median step", _us(steps.get("median_us"))), ("step CV", _pct(steps.get("cv_pct"))),
              ("tensor cores", _pct(gpu.get("tensor_core_pct"))), ("GPU idle", _us(gpu.get("idle_us")))]
+    if gpu.get("collectives_only_us"):
+        items.append(("collectives alone", _pct(gpu.get("collectives_only_pct"))))
     return '<div class="cards">' + "".join(f'<div class="card">{escape(k)}<b>{escape(v)}</b></div>'
                                            for k, v in items) + "</div>"
 

@@ -64,6 +64,9 @@ def _header(doc: dict[str, Any]) -> Panel:
         parts = ", ".join(f"{k.replace('_', ' ')} {us_text(v)}" for k, v in sorted(idle.items(), key=lambda kv: -kv[1])
                           if v)
         lines.append(f"idle because: {parts}\n")
+    if gpu.get("collectives_only_us"):
+        lines.append(f"collectives alone (transfer, or waiting for other ranks): {us_text(gpu['collectives_only_us'])}, "
+                     f"{pct_text(gpu.get('collectives_only_pct'))} of the window\n")
     lines.append(f"tensor cores: {pct_text(gpu.get('tensor_core_pct'))} of kernel time; "
                  f"attribution: {doc.get('attribution', {}).get('level', '?')} level, "
                  f"{pct_text(doc.get('attribution', {}).get('attributed_pct'))} of kernel time")
