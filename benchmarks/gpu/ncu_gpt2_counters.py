@@ -135,7 +135,9 @@ def worker(mode: str, kernels_json: str | None, main_thread_only: bool = False) 
             events = json.loads(trace.read_text())["traceEvents"]
         kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["args"]["correlation"])
         if main_thread_only:  # what a thread-scoped NVTX push/pop range holds: no backward (autograd's own thread)
-            runtime = [e for e in events if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})]
+            # launches through the runtime (PyTorch's kernels) and the driver (cuBLAS nvjet, cuDNN: cuLaunchKernelEx)
+            runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                       and "correlation" in e.get("args", {})]
             tids = {e["tid"] for e in runtime}
             main = threading.get_native_id()
             if main not in tids:  # the trace names threads otherwise: the thread of the step's first launch
