@@ -64,7 +64,8 @@ def test_the_run_extras_are_the_ones_the_gpu_run_wrote(assembled: tuple) -> None
     inside = {k: v for k, v in extras["samples"]["metrics"].items() if "outside_window_ms" not in v}
     assert inside == expected["samples"]["metrics"]
     # ... and the GPM metrics, which had no value inside the 114 ms of timed steps (the helper process took its
-    # first sample after they ended), now come from the nearest sample, flagged with how far outside it lies.
+    # first sample 95 ms into them, and a GPM value pairs two samples 110 ms apart), now come from the nearest
+    # sample, flagged with how far outside it lies.
     outside = {k: v for k, v in extras["samples"]["metrics"].items() if "outside_window_ms" in v}
     assert outside["sm_active_pct"] == {"mean": 71.156, "median": 71.156, "p90": 71.156, "max": 71.156, "n": 1,
                                         "outside_window_ms": 60.0}
