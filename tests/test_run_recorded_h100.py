@@ -91,3 +91,16 @@ def test_a_run_whose_profile_was_never_written_is_assembled_by_analyze(tmp_path:
     assert main(["diff", str(run), str(RUN / "expected_summary.json"), "--json", str(tmp_path / "d.json"),
                  "--quiet"]) == 0
     assert json.loads((tmp_path / "d.json").read_text())["step_time_median_us"]["speedup"] == 1.0
+
+
+def test_run_says_when_the_timed_steps_were_too_short_for_the_samples(assembled: tuple,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from dnnprof.cli.run import report
+
+    col, _, _, _ = assembled
+    extras = metrics.run_extras(col, json.loads((RUN / "samples.json").read_text()))
+    report(SimpleNamespace(messages=[], summary=extras, meta={}, complete=True, run_dir="run", profile_dir=None))
+    err = capsys.readouterr().err
+    assert "dnnprof: NVML: the timed steps took 114.3 ms, less than the sampling needs" in err

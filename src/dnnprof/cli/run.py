@@ -93,6 +93,9 @@ def report(result: Any, quiet: bool = False) -> None:
         hint = warmup_hint(o)
         if hint:
             say(hint)
+    note = (s.get("samples") or {}).get("note")
+    if note:
+        say(f"NVML: {note}")
     gpu = s.get("gpu") or {}
     busy = gpu.get("busy_pct") if gpu.get("has_activity") else None
     hot = ((s.get("host_hotspots") or {}).get("top_user_lines") or [])[:3]
