@@ -95,19 +95,41 @@ def test_exposed_collectives_and_a_straggler_are_findings() -> None:
     p = _profile([(0, GEMM, 7, 0, 100 * us), (0, NCCL, 13, 50 * us, 150 * us),
                   (1, GEMM, 7, 0, 140 * us), (1, NCCL, 13, 100 * us, 150 * us)], {0: 160 * us, 1: 170 * us})
     f0 = _findings(p, 0)
-    exposed = f0["communication-exposed"]
-    assert exposed["evidence"]["exposed_nccl_us_per_step"] == 50
-    assert exposed["est_gain_pct"] == pytest.approx(100 * 50 / 160, abs=0.1)  # of the 160 µs GPU step window
     straggler = f0["rank-straggler"]
     assert straggler["evidence"]["straggler_rank"] == 1
     # rank 0 spins 50 µs longer in its all-reduce than rank 1: the wait, over the median step of 165 µs
     assert straggler["est_gain_pct"] == pytest.approx(100 * 50 / 165, abs=0.1)
-    f1 = _findings(p, 1)
-    assert "communication-exposed" in f1 and f1["communication-exposed"]["evidence"]["exposed_nccl_us_per_step"] == 10
+    # rank 0's 50 µs of exposed all-reduce are all waiting for rank 1: no overlap would remove them, so they are
+    # rank-straggler's, not communication-exposed's
+    assert "communication-exposed" not in f0
+    f1 = _findings(p, 1)  # the late rank's own 10 µs exposed are transfer
+    assert f1["communication-exposed"]["evidence"]["exposed_nccl_us_per_step"] == 10
+    assert f1["communication-exposed"]["evidence"]["waiting_us_per_step"] == 0
     # Balanced ranks whose collectives run under compute: neither finding.
     calm = _profile([(0, GEMM, 7, 0, 140 * us), (0, NCCL, 13, 100 * us, 140 * us),
                      (1, GEMM, 7, 0, 135 * us), (1, NCCL, 13, 100 * us, 140 * us)], {0: 150 * us, 1: 150 * us})
     assert not {"communication-exposed", "rank-straggler"} & set(_findings(calm, 0))
+
+
+def test_exposed_transfer_is_what_is_left_after_waiting_for_the_late_rank() -> None:
+    # rank 0: 100 µs compute, all-reduce 20–120 (exposed 20 µs); rank 1 joins 30 µs later: all-reduce 50–120 and
+    # compute until 60 (exposed 60 µs). Rank 0 waits 30 µs of its 100 for rank 1; its exposure is all waiting.
+    # Rank 1's own 60 µs exposed are transfer.
+    us = 1000
+    p = _profile([(0, GEMM, 7, 0, 100 * us), (0, NCCL, 13, 20 * us, 120 * us),
+                  (1, GEMM, 7, 0, 60 * us), (1, NCCL, 13, 50 * us, 120 * us)], {0: 130 * us, 1: 130 * us})
+    f0, f1 = _findings(p, 0), _findings(p, 1)
+    assert f0["rank-straggler"]["evidence"]["straggler_rank"] == 1
+    assert "communication-exposed" not in f0  # 20 µs exposed, 30 µs waiting: nothing left to overlap
+    e = f1["communication-exposed"]["evidence"]
+    assert e["exposed_nccl_us_per_step"] == 60 and e["waiting_us_per_step"] == 0 and e["waiting_for_rank"] is None
+    # a third rank joining 10 µs after rank 0 and before rank 1: it waits 20 µs of its 30 µs exposed
+    p3 = _profile([(0, GEMM, 7, 0, 100 * us), (0, NCCL, 13, 20 * us, 120 * us),
+                   (1, GEMM, 7, 0, 60 * us), (1, NCCL, 13, 50 * us, 120 * us),
+                   (2, GEMM, 7, 0, 90 * us), (2, NCCL, 13, 30 * us, 120 * us)], {0: 130 * us, 1: 130 * us, 2: 130 * us})
+    e2 = _findings(p3, 2)["communication-exposed"]["evidence"]
+    assert e2["exposed_nccl_us_per_step"] == 30 and e2["waiting_us_per_step"] == 20 and e2["waiting_for_rank"] == 1
+    assert _findings(p3, 2)["communication-exposed"]["est_gain_pct"] == pytest.approx(100 * 10 / 130, abs=0.1)
 
 
 def test_one_rank_of_a_data_parallel_run_still_shows_exposed_communication() -> None:
@@ -170,7 +192,9 @@ def test_a_rank_late_on_its_host_is_the_straggler_not_the_rank_that_computes_mos
     s = f["rank-straggler"]
     assert s["evidence"]["straggler_rank"] == 1 and "the delay is on its host" in s["evidence"]["summary"]
     assert s["est_gain_pct"] == pytest.approx(100 * 32427.0 / ((41505.6 + 41697.5) / 2), abs=0.1)
-    assert f["communication-exposed"]["evidence"]["exposed_nccl_us_per_step"] > 30000
+    # rank 0's 30.7 ms of exposed all-reduce are all waiting for rank 1: that is rank-straggler's finding, and
+    # communication-exposed no longer offers overlap as the fix
+    assert "communication-exposed" not in f
     # NCCL kernels run on a few channels by design: no small-grid finding names them
     assert "small-grid" not in f or all("nccl" not in k["kernel"].lower() for k in f["small-grid"]["top"])
 

@@ -20,8 +20,9 @@ def communication_exposed(ctx: Context) -> Finding | None:
     Pattern: on the rank's GPU, the union of collective kernels minus the part any non-collective kernel overlaps
     is ≥ ``EXPOSED_MIN_PCT`` of the step time (``analysis/ranks.py``). Works on one rank's trace of a
     data-parallel run as well as on a folder of ranks.
-    Algorithm: exposed time per step / GPU step window. Part of it may be waiting for a slower rank
-    (``rank-straggler``), not transfer time.
+    Algorithm: exposed time per step / GPU step window. In a profile of several ranks, the part this rank spends
+    waiting for the late rank (its collective time − the late rank's) is taken off first: that part is
+    ``rank-straggler``'s, and overlap would not remove it. On one rank's trace the two cannot be told apart.
     Fix: let DDP overlap gradient all-reduce with backward (no host syncs between backward and step, ``no_sync()``
     around accumulation micro-steps, ``bucket_cap_mb`` so the first buckets start early,
     ``gradient_as_bucket_view=True``); FSDP: ``forward_prefetch``/``backward_prefetch``; larger per-GPU batches
@@ -32,25 +33,46 @@ def communication_exposed(ctx: Context) -> Finding | None:
     row = kernel_times(ctx.profile, ctx.rank, ctx.util.device)  # the analysis' own steps and device: no re-analysis
     exposed_us, nccl_us = row["exposed_nccl_us_per_step"] or 0.0, row["nccl_us_per_step"] or 0.0
     step_us = ctx.window_ns / ctx.n_windows / 1000.0
-    share = 100.0 * exposed_us / step_us if step_us else 0.0
+    waiting_us, late = _waiting_for_late_rank(ctx, nccl_us, exposed_us)
+    transfer_us = exposed_us - waiting_us
+    share = 100.0 * transfer_us / step_us if step_us else 0.0
     if not nccl_us or share < EXPOSED_MIN_PCT:
-        return None
+        return None  # nothing exposed, or all of it is waiting for a late rank: rank-straggler says so
+    waits = (f"; {waiting_us / 1000:.2f} ms of it waiting for rank {late} (rank-straggler), the rest transfer"
+             if waiting_us else "")
     return Finding(
         id="communication-exposed",
         title=f"Communication exposed: {share:.0f}% of the step waits on collectives",
         summary=(f"collective kernels run {nccl_us / 1000:.2f} ms per step, {exposed_us / 1000:.2f} ms of it with no "
-                 f"compute kernel alongside (rank {ctx.rank}, GPU {ctx.util.device})"),
+                 f"compute kernel alongside (rank {ctx.rank}, GPU {ctx.util.device}){waits}"),
         recommendation=("Overlap communication with compute: keep backward free of host syncs so DDP's bucketed "
                         "all-reduce runs under it, wrap gradient-accumulation micro-steps in no_sync(), tune "
                         "bucket_cap_mb, use gradient_as_bucket_view=True (FSDP: forward/backward prefetch); a larger "
                         "per-GPU batch amortises the same traffic. If one rank is slower (rank-straggler), the "
                         "others wait inside their collectives: fix that rank first."),
         est_gain_pct=share,
-        how_estimated="Exposed collective time per step / step time: what full overlap with compute would save.",
+        how_estimated=("Exposed collective time per step, less what this rank spends waiting for a late rank (in a "
+                       "profile of several ranks: its collective time − the late rank's), / step time: what full "
+                       "overlap with compute would save."),
         evidence={"rank": ctx.rank, "device": ctx.util.device, "nccl_us_per_step": nccl_us,
-                  "exposed_nccl_us_per_step": exposed_us, "compute_us_per_step": row["compute_us_per_step"],
+                  "exposed_nccl_us_per_step": exposed_us, "waiting_us_per_step": round(waiting_us, 3),
+                  "waiting_for_rank": late if waiting_us else None, "compute_us_per_step": row["compute_us_per_step"],
                   "step_us": step_us, "exposed_pct": round(share, 2)},
     )
+
+
+def _waiting_for_late_rank(ctx: Context, nccl_us: float, exposed_us: float) -> tuple[float, int | None]:
+    """(µs per step this rank's exposed collectives spend waiting for the late rank, that rank): in a profile of
+    several ranks whose straggler was found by its collectives, this rank's collective time − the late rank's, at
+    most the exposed time; (0, None) otherwise (one rank: transfer and waiting cannot be told apart)."""
+    ranks = ctx.doc.get("ranks") or {}
+    late = ranks.get("straggler_rank")
+    if ranks.get("straggler_basis") != "collectives" or late is None or late == ctx.rank:
+        return 0.0, None
+    theirs = next((r.get("nccl_us_per_step") for r in ranks.get("per_rank", []) if r["rank"] == late), None)
+    if theirs is None:
+        return 0.0, None
+    return min(max(nccl_us - theirs, 0.0), exposed_us), late
 
 
 @rule("rank-straggler", group="distributed")
