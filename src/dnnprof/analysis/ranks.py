@@ -31,9 +31,8 @@ from typing import Any
 import numpy as np
 
 from dnnprof.analysis.intervals import covered_per_window, merge
-from dnnprof.analysis.kernel_names import family
 from dnnprof.analysis.steps import with_steps
-from dnnprof.analysis.utilization import utilization
+from dnnprof.analysis.utilization import collective_mask, utilization
 from dnnprof.model.profile import Profile
 
 #: The others wait for one rank inside their collectives for at least this share of the median step.
@@ -54,9 +53,7 @@ def kernel_times(p: Profile, rank: int, device: int) -> dict[str, Any]:
     n = max(host.size, 1)
     k = p.tables["kernels"]
     rows = np.flatnonzero((k["rank"] == rank) & (k["device"] == device) & ((k["step"] >= 0) if host.size else True))
-    names = p.names(k["name_id"][rows]).tolist()
-    fams: dict[str, str] = {}
-    nccl = np.fromiter((fams.setdefault(x, family(x)) == "nccl" for x in names), dtype=bool, count=len(names))
+    nccl = collective_mask(p, rows)
     s = k["start_ns"][rows].astype(np.int64)
     e = s + k["dur_ns"][rows].astype(np.int64)
     ns, ne = merge(s[nccl], e[nccl])
@@ -123,8 +120,7 @@ def straggler(rows: list[dict[str, Any]]) -> dict[str, Any]:
                        straggler_wait_us_per_step=_round(wait),
                        straggler_compute_excess_us_per_step=_round((late["compute_us_per_step"] or 0.0)
                                                                    - _median(computes)))
-            return out
-        return out  # the ranks join their collectives together: nobody waits for anybody
+        return out  # otherwise the ranks join their collectives together: nobody waits for anybody
     computed = [r for r in rows if r.get("compute_us_per_step")]
     if len(computed) >= 2:
         slow = max(computed, key=lambda r: r["compute_us_per_step"])

@@ -82,6 +82,14 @@ def primary_device(profile: Profile, rank: int = 0) -> int:
     return int(np.argmax(totals) + dev.min())
 
 
+def collective_mask(profile: Profile, rows: np.ndarray) -> np.ndarray:
+    """Which of these kernel rows are collectives (NCCL, by ``kernel_names.family``); one lookup per name."""
+    ids = profile.tables["kernels"]["name_id"][rows]
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    is_nccl = np.array([family(str(n)) == "nccl" for n in profile.names(uniq).tolist()], dtype=bool)
+    return is_nccl[inverse] if uniq.size else np.zeros(0, dtype=bool)
+
+
 def _gpu_rows(profile: Profile, table: str, rank: int, device: int) -> np.ndarray:
     t = profile.tables[table]
     return np.flatnonzero((t["rank"] == rank) & (t["device"] == device))
@@ -114,12 +122,7 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
                   np.concatenate([parts["kernels"][1], parts["memcpy"][1]]))
     ms_all = merge(all_s, all_e)
     # Everything but collective kernels: the busy time it leaves is collectives alone.
-    krows = _gpu_rows(profile, "kernels", rank, device)
-    fams: dict[int, bool] = {}
-    ids = profile.tables["kernels"]["name_id"][krows]
-    for i in np.unique(ids).tolist():
-        fams[i] = family(str(profile.names(np.array([i]))[0])) == "nccl"
-    nccl = np.fromiter((fams[i] for i in ids.tolist()), dtype=bool, count=ids.size)
+    nccl = collective_mask(profile, _gpu_rows(profile, "kernels", rank, device))
     if nccl.any():
         ks, ke = parts["kernels"]
         ms_rest = merge(np.concatenate([ks[~nccl], parts["memcpy"][0], parts["memset"][0]]),

@@ -269,16 +269,13 @@ class BatchSearch:
         ok = sorted((o for o in self.observations if o.fits and o.need_bytes is not None), key=lambda o: o.batch_size)
         if cap is None or len(ok) < (3 if checked else 2):
             return None
-        c, b = ok[-1], ok[-2]
-        need = {o.batch_size: float(o.need_bytes) for o in ok}  # type: ignore[arg-type]
-        if need[c.batch_size] - need[b.batch_size] < MIN_SPREAD_FRACTION * cap:
+        (bb, nb), (bc, nc) = ((o.batch_size, float(o.need_bytes)) for o in ok[-2:])  # type: ignore[arg-type]
+        if nc - nb < MIN_SPREAD_FRACTION * cap:
             return None
-        slope = (need[c.batch_size] - need[b.batch_size]) / (c.batch_size - b.batch_size)
-        a = ok[-3] if checked else None
-        if a is not None and abs(need[b.batch_size] - slope * (b.batch_size - a.batch_size) - need[a.batch_size]) \
-                > STRAIGHT_FRACTION * cap:
+        slope = (nc - nb) / (bc - bb)
+        if checked and abs(nb - slope * (bb - ok[-3].batch_size) - float(ok[-3].need_bytes)) > STRAIGHT_FRACTION * cap:  # type: ignore[arg-type]
             return None
-        return c.batch_size + math.floor((cap - need[c.batch_size]) / slope)
+        return bc + math.floor((cap - nc) / slope)
 
     def predicted_max(self) -> int | None:
         """The largest batch whose peak memory, on the line through the fitting trials, stays within the
