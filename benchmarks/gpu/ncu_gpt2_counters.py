@@ -91,9 +91,17 @@ def _model():  # type: ignore[no-untyped-def]
     return GPT2(), "builtin"
 
 
+def _mark(event: str, **extra: object) -> None:
+    """Append (event, wall clock) to $BENCH_TIMES: where a run's time goes (before the step, in it, after it)."""
+    if os.environ.get("BENCH_TIMES"):
+        with open(os.environ["BENCH_TIMES"], "a") as f:
+            f.write(json.dumps({"event": event, "t": time.time(), **extra}) + "\n")
+
+
 def worker(mode: str, kernels_json: str | None, main_thread_only: bool = False) -> None:
     import threading
 
+    _mark("python-started")
     import torch
 
     torch.manual_seed(0)
@@ -114,6 +122,8 @@ def worker(mode: str, kernels_json: str | None, main_thread_only: bool = False) 
                 prof.__enter__()
             else:
                 torch.cuda.profiler.start()
+            segments = torch.cuda.memory_snapshot()  # what ncu saves and restores around a multi-pass launch
+            _mark("range-push", segments=len(segments), reserved_bytes=sum(x["total_size"] for x in segments))
             torch.cuda.nvtx.range_push(RANGE)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(ids, labels=ids).loss
@@ -123,11 +133,13 @@ def worker(mode: str, kernels_json: str | None, main_thread_only: bool = False) 
         if step == PROFILE_STEP:
             torch.cuda.synchronize()
             torch.cuda.nvtx.range_pop()
+            _mark("range-pop")
             if prof is not None:
                 prof.__exit__(None, None, None)
             else:
                 torch.cuda.profiler.stop()
     torch.cuda.synchronize()
+    _mark("steps-done")
     if prof is not None and kernels_json:
         with tempfile.TemporaryDirectory() as tmp:
             trace = Path(tmp) / "t.json"
@@ -193,19 +205,39 @@ def _profile_from(kernels_json: Path):  # type: ignore[no-untyped-def]
 
 
 def _ncu_run(name: str, cmd: list[str], log: Path, profile, timeout: float) -> dict:  # type: ignore[no-untyped-def]
+    import numpy as np
+
     from dnnprof.analysis.bounds import compute_bounds
     from dnnprof.analysis.counters_join import join_counters
     from dnnprof.collect.ncu import run_ncu
 
-    res = run_ncu(cmd, log, timeout_s=timeout)
+    times = log.with_suffix(".times.jsonl")
+    times.unlink(missing_ok=True)
+    os.environ["BENCH_TIMES"] = str(times)
+    t_start = time.time()
+    try:
+        res = run_ncu(cmd, log, timeout_s=timeout)
+    finally:
+        os.environ.pop("BENCH_TIMES", None)
+    t_end = time.time()
     text = log.read_text(errors="replace") if log.is_file() else ""
     row = {"run": name, "status": res.status, "message": res.message, "wall_s": round(res.wall_s, 2),
            "profiled_launches": len(res.table) if res.table is not None else 0,
            "progress_lines": len(re.findall(r'==PROF== Profiling "', text)), "command": cmd, "log": str(log)}
+    if times.is_file():  # seconds from ncu's start to each event of the profiled process, and to ncu's end
+        marks = [json.loads(ln) for ln in times.read_text().splitlines() if ln.strip()]
+        row["timeline_s"] = {**{m["event"]: round(m["t"] - t_start, 2) for m in marks},
+                             "ncu-done": round(t_end - t_start, 2)}
+        row["memory_at_step"] = next(({k: v for k, v in m.items() if k not in ("event", "t")} for m in marks
+                                      if m["event"] == "range-push"), {})
     if res.table is not None:
         p = profile()
         j = join_counters(p, res.table, steps=[PROFILE_STEP])
         passes = res.table.metric("profiler__replayer_passes") if res.table.has("profiler__replayer_passes") else []
+        if res.table.has("profiler__replayer_bytes_mem_backed_up"):
+            backed = res.table.metric("profiler__replayer_bytes_mem_backed_up")
+            row["backed_up_gb"] = {"median": round(float(np.median(backed)) / 1e9, 3),
+                                   "max": round(float(np.max(backed)) / 1e9, 3)}
         row.update(coverage=round(j.coverage, 4), matched_launches=j.matched_kernels, total_launches=j.total_kernels,
                    ncu_signatures=len(j.groups), unmatched_ncu_launches=len(j.unmatched_ncu_rows),
                    passes=sorted({float(x) for x in passes}))
@@ -216,7 +248,8 @@ def _ncu_run(name: str, cmd: list[str], log: Path, profile, timeout: float) -> d
         except (KeyError, ValueError) as e:  # a metric set without the throughputs (pass-cost variants)
             row.update(bounds_error=str(e))
     print(f"[{name}] {row['status']} {row['wall_s']} s, {row['profiled_launches']} launches, "
-          f"coverage {row.get('coverage')}, passes {row.get('passes')}", flush=True)
+          f"coverage {row.get('coverage')}, passes {row.get('passes')}, timeline {row.get('timeline_s')}, "
+          f"backed up {row.get('backed_up_gb')}, memory {row.get('memory_at_step')}", flush=True)
     return row
 
 
@@ -232,10 +265,12 @@ def main() -> None:
     ap.add_argument("--strategies", default="auto,first-per-config,first-invocation,name")
     ap.add_argument("--metrics", default="", help="comma-separated metrics instead of dnnprof's (to compare costs)")
     ap.add_argument("--filter-mode", default="exclude", choices=["exclude", "include"])
+    ap.add_argument("--plain-runs", type=int, default=1, help="time the plain run this many times (the first "
+                    "one on a fresh machine also pays for a cold disk cache)")
     ap.add_argument("--full-timeout", type=float, default=240.0, help="stop the all-kernels run after this long")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME|METRICS|EXTRA",
                     help="with --quick: also run dnnprof's default plan as NAME with METRICS (comma-separated; empty "
-                    "= dnnprof's) and EXTRA ncu options (space-separated, e.g. '--cache-control none'; 'env:NAME=VALUE' sets a variable for the "
+                    "= dnnprof's; 'dnnprof-w1,w2' = dnnprof's without the metrics containing w1 or w2; 'dnnprof+m1,m2' = dnnprof's and m1, m2) and EXTRA ncu options (space-separated, e.g. '--cache-control none'; 'env:NAME=VALUE' sets a variable for the "
                     "target, e.g. 'env:NCU_EMPTY_CACHE=1' empties PyTorch's cache before the step); repeatable")
     args = ap.parse_args()
     if args.worker:
@@ -258,9 +293,20 @@ def main() -> None:
     results["env"]["push_pop_scope_option"] = scope
     results["env"]["thread_scope"] = args.thread_scope
 
-    wall, rc, tail = _timed([*me, "--worker", "plain"], 600)
-    results["runs"].append({"run": "plain", "wall_s": round(wall, 2), "returncode": rc, "tail": tail[-500:]})
-    print(f"[plain] {wall:.1f} s rc={rc}", flush=True)
+    for i in range(args.plain_runs):  # the first run of a fresh machine also reads torch from a cold disk cache
+        times = OUT / f"plain{i}.times.jsonl"
+        times.unlink(missing_ok=True)
+        os.environ["BENCH_TIMES"] = str(times)
+        t_start = time.time()
+        wall, rc, tail = _timed([*me, "--worker", "plain"], 600)
+        os.environ.pop("BENCH_TIMES", None)
+        marks = [json.loads(ln) for ln in times.read_text().splitlines()] if times.is_file() else []
+        timeline = {m["event"]: round(m["t"] - t_start, 2) for m in marks}
+        timeline.update(next(({k: v for k, v in m.items() if k not in ("event", "t")} for m in marks
+                              if m["event"] == "range-push"), {}))
+        results["runs"].append({"run": "plain" if i == 0 else f"plain{i + 1}", "wall_s": round(wall, 2),
+                                "returncode": rc, "tail": tail[-500:], "timeline_s": timeline})
+        print(f"[plain] {wall:.1f} s rc={rc} timeline {timeline}", flush=True)
     kj = OUT / "kernels_step3.json"
     wall, rc, tail = _timed([*me, "--worker", "kineto", "--kernels-json", str(kj),
                              *(["--thread-scope"] if args.thread_scope else [])], 600)
@@ -314,7 +360,13 @@ def main() -> None:
             toks = [t for i, t in enumerate(toks) if "--cache-control" not in toks[max(0, i - 1):i + 1]]
             vcmd = N.build_ncu_command(ncu, target, vlog, nvtx_range=RANGE, plan=plan, compute_capability=cc,
                                        process_scope=scope, cache_control=cache, extra=toks)
-            if vmetrics:
+            if vmetrics.startswith("dnnprof+"):  # dnnprof's list and these
+                vcmd[vcmd.index("--metrics") + 1] += "," + vmetrics[len("dnnprof+"):]
+            elif vmetrics.startswith("dnnprof-"):  # dnnprof's list without the metrics containing these words
+                drop = vmetrics[len("dnnprof-"):].split(",")
+                mine = vcmd[vcmd.index("--metrics") + 1].split(",")
+                vcmd[vcmd.index("--metrics") + 1] = ",".join(m for m in mine if not any(d in m for d in drop))
+            elif vmetrics:
                 vcmd[vcmd.index("--metrics") + 1] = vmetrics
             saved = {k: os.environ.get(k) for k in venv}
             os.environ.update(venv)
@@ -377,7 +429,7 @@ def main() -> None:
 
 def _report(results: dict, seq, sel, cc: str) -> None:  # type: ignore[no-untyped-def]
     (OUT / "ncu_gpt2_counters.json").write_text(json.dumps(results, indent=1, default=str))
-    plain = next(r["wall_s"] for r in results["runs"] if r["run"] == "plain")
+    plain = min(r["wall_s"] for r in results["runs"] if r["run"].startswith("plain"))
     print(f"\nGPU {results['env']['gpu']} (cc {cc}), {results['env']['ncu_version'].splitlines()[-1]}, model "
           f"{results['env']['model']}; step: {len(seq)} launches, {sel.unique_signatures} signatures, "
           f"{len(sel.signatures)} for {100 * sel.coverage:.1f}% of {seq.dur_ns.sum() / 1e6:.2f} ms GPU time")

@@ -3,6 +3,8 @@
 Run on the GPU machine (needs ncu):
     OUT=out python benchmarks/gpu/ncu_pass_counts.py            # ~1.5 min on an H100
     OUT=out python benchmarks/gpu/ncu_pass_counts.py --only sol_parts,dnnprof
+    OUT=out python benchmarks/gpu/ncu_pass_counts.py --only none --set bf16=sm__ops_path_tensor_src_bf16_dst_fp32.sum
+    OUT=out python benchmarks/gpu/ncu_pass_counts.py --only none --query 'tensor'   # this GPU's metric names
 
 The target is a tiny PyTorch program: a bf16 matrix product, an fp32 element-wise kernel and a reduction inside an
 NVTX range; ncu profiles the range's kernels with one metric set at a time and reports
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -69,6 +72,13 @@ def sets() -> dict[str, list[str]]:
         "base+sol_parts+tensor": base + sm_parts + mem_parts + tensor,
         "base+sol_parts+tensor+sass": base + sm_parts + mem_parts + tensor + sass,
         "dnnprof": N.metrics_for("9.0")[0],
+        # which tensor-core counters cost the passes: the sums alone, the four common precisions, one precision
+        "tensor_sums": [m for m in tensor if m.endswith(".sum")],
+        "tensor_4": [m for m in tensor if m.endswith(".sum") and any(t in m for t in ("fp64", "tf32", "fp16", "bf16"))],
+        "tensor_bf16": [m for m in tensor if m.endswith(".sum") and "bf16" in m],
+        "dnnprof_no_tensor": [m for m in N.metrics_for("9.0")[0] if m not in tensor],
+        "dnnprof_tensor_4": [m for m in N.metrics_for("9.0")[0]
+                             if m not in tensor or not any(t in m for t in ("fp8", "int8"))],
     }
 
 
@@ -84,8 +94,21 @@ def main() -> None:
         sys.exit("ncu not found")
     OUT.mkdir(parents=True, exist_ok=True)
     only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
+    candidates = sets()
+    for i, arg in enumerate(sys.argv):  # --set NAME=m1,m2: another metric list to count
+        if arg == "--set":
+            name, _, metrics = sys.argv[i + 1].partition("=")
+            candidates[name] = metrics.split(",")
+            only = [*only, name] if only else None
+    if "--query" in sys.argv:  # the metrics this GPU has whose names match a regex, to $OUT/ncu_query_metrics.txt
+        pat = re.compile(sys.argv[sys.argv.index("--query") + 1])
+        text = subprocess.run([ncu, "--query-metrics"], capture_output=True,
+                              text=True, timeout=300).stdout
+        hits = [ln for ln in text.splitlines() if pat.search(ln)]
+        (OUT / "ncu_query_metrics.txt").write_text("\n".join(hits) + "\n")
+        print(f"{len(hits)} metric lines match {pat.pattern!r}", flush=True)
     rows = []
-    for name, metrics in sets().items():
+    for name, metrics in candidates.items():
         if only and name not in only:
             continue
         with tempfile.TemporaryDirectory() as tmp:
