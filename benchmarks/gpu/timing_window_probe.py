@@ -22,7 +22,12 @@ NVML/GPM sampler every 20 / 50 ms); ``timing_stack`` (plus the host stack sample
 this PyTorch accepts activity filters), ``attribution``, ``full``, ``full_noranges`` (``--full`` without dnnprof's
 module ranges), ``full_withmodules`` (torch's ``with_modules`` instead of dnnprof's module ranges), ``full_nomem``
 (without memory events), ``full_noshapes`` (without shapes). ``timing_noextcorr`` (the timing window with
-Kineto's external correlation off), ``cupti_kernels`` / ``cupti_ksync`` / ``cupti_launchrt`` / ``cupti_launchdrv`` /
+Kineto's external correlation off), ``timing_rtfilter`` / ``timing_rtfilter_b`` (the timing window with CUPTI's
+runtime- and driver-call records cut down to launches, copies, memsets and syncs, through the libcupti Kineto has
+loaded: (a) every other call switched off while the kinds are on, (b) the kinds off and the wanted calls switched on
+one by one; reports CUPTI's return codes, and the trace's runtime-call count shows what took effect),
+``timing_rtfilter_c`` ((b) with CUPTI's synchronization records on and a 13-byte marker memset at every step
+boundary, whose correlation ids split the kernels into steps), ``cupti_kernels`` / ``cupti_ksync`` / ``cupti_launchrt`` / ``cupti_launchdrv`` /
 ``cupti_runtime`` / ``cupti_driver`` (CUPTI activity records taken straight through NVIDIA's cupti-python, no Kineto:
 kernels, copies and memsets alone; plus synchronization records; plus runtime (or driver) call records for launches,
 copies, memsets and syncs only; plus every runtime call; plus driver calls — what each kind of record costs; each
@@ -52,7 +57,7 @@ SCENARIOS = ("none", "cuda_only", "timing", "timing_nvml20", "timing_nvml50", "t
 #: Run only when named with --only.
 EXTRA = ("timing_samplers", "timing_default", "timing_stack50", "timing_nvmlproc50", "timing_stack_nvmlproc",
          "kernels_only", "attribution", "full", "full_noranges", "full_nomem", "full_noshapes", "full_withmodules",
-         "timing_noextcorr", *(f"cupti_{k}" for k in ("kernels", "ksync", "launchrt", "launchdrv", "runtime", "driver")))
+         "timing_noextcorr", "timing_rtfilter", "timing_rtfilter_b", "timing_rtfilter_c", *(f"cupti_{k}" for k in ("kernels", "ksync", "launchrt", "launchdrv", "runtime", "driver")))
 #: CUPTI activity kinds of the ``cupti_*`` scenarios (cupti-python, no Kineto session in the process): what each
 #: kind of record costs on its own. ``launchrt`` / ``launchdrv`` record runtime / driver calls for launches, copies,
 #: memsets and syncs only. Every ``cupti_*`` window also issues one 1-byte marker memset per step boundary (value
@@ -82,7 +87,23 @@ def _trace_check(path: Path) -> dict[str, Any]:
     doc = json.loads(gzip.decompress(path.read_bytes()))
     ev = [e for e in doc.get("traceEvents", []) if e.get("ph") == "X"]
     kern = [e for e in ev if e.get("cat") == "kernel"]
-    return {"kernels": len(kern), "kernels_with_time": sum(1 for e in kern if e.get("dur", 0) > 0),
+    api = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    launched = {e.get("args", {}).get("correlation") for e in api}
+    names: dict[str, int] = {}
+    for e in api:
+        names[e.get("name", "")] = names.get(e.get("name", ""), 0) + 1
+    marks = sorted(e["args"]["correlation"] for e in ev if e.get("cat") == "gpu_memset"
+                   and e.get("args", {}).get("bytes") == MARKER_BYTES and "correlation" in e.get("args", {}))
+    kc = sorted(e["args"]["correlation"] for e in kern if "correlation" in e.get("args", {}))
+    import bisect
+
+    per_step = [bisect.bisect_left(kc, b) - bisect.bisect_left(kc, a) for a, b in itertools.pairwise(marks)]
+    return {"markers": len(marks), "kernels_per_marked_step": per_step,
+            "syncs": sum(1 for e in ev if e.get("cat") == "cuda_sync"),
+            "memset_args": next((e.get("args") for e in ev if e.get("cat") == "gpu_memset"), None),
+            "kernels": len(kern), "kernels_with_time": sum(1 for e in kern if e.get("dur", 0) > 0),
+            "kernels_with_launch": sum(1 for e in kern if e.get("args", {}).get("correlation") in launched),
+            "api_names": dict(sorted(names.items(), key=lambda kv: -kv[1])[:12]),
             "runtime": sum(1 for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")),
             "cpu_ops": sum(1 for e in ev if e.get("cat") == "cpu_op"),
             "user_ranges": sum(1 for e in ev if e.get("cat") == "user_annotation"),
@@ -120,6 +141,13 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
                 w.start()
             finally:
                 torch.profiler.profile, windows.ModuleRanges = orig, orig_ranges
+            if scenario.startswith("timing_rtfilter"):
+                state["rtfilter"] = _api_filter(scenario.endswith(("_b", "_c")))
+            if scenario == "timing_rtfilter_c":
+                lib, _ = _libcupti()
+                state["rtfilter"]["sync_kind"] = lib.cuptiActivityEnable(_CUPTI_SYNC_KIND)
+                state["marker"] = _marker(torch)
+                state["marker"]()
             w.open_step(k)
             state["w"] = w
             if scenario in SAMPLERS:
@@ -127,6 +155,8 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
 
         def step(k: int) -> None:
             state["w"].close_step()
+            if "marker" in state:
+                state["marker"]()
             state["w"].open_step(k)
 
         def stop() -> dict[str, Any]:
@@ -134,6 +164,11 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
             state["w"].stop()
             stop_s = time.perf_counter() - t
             extra: dict[str, Any] = {}
+            if "rtfilter" in state:
+                extra["rtfilter"] = state.pop("rtfilter")
+                extra["rtfilter"]["restore"] = _api_filter_restore(extra["rtfilter"])
+                if state.pop("marker", None) is not None:
+                    extra["rtfilter"]["sync_kind_off"] = _libcupti()[0].cuptiActivityDisable(_CUPTI_SYNC_KIND)
             for s in state.get("samplers", []):
                 s.stop()
                 if hasattr(s, "status"):
@@ -173,6 +208,99 @@ def _session(torch: Any, scenario: str, out: Path) -> tuple[Any, Any, Any]:
 
         return start, lambda k: None, stop
     return (lambda k: None), (lambda k: None), (lambda: {})
+
+
+#: Runtime/driver calls whose records the timing window needs: launches, copies, memsets, synchronizations.
+API_KEEP = ("LaunchKernel", "Memcpy", "Memset", "LaunchCooperative", "Synchronize", "GraphLaunch", "StreamWaitEvent",
+            "LaunchHostFunc")
+_CUPTI_RUNTIME_KIND, _CUPTI_DRIVER_KIND, _CUPTI_SYNC_KIND = 5, 4, 38  # CUPTI_ACTIVITY_KIND_RUNTIME/DRIVER/SYNC...
+MARKER_BYTES = 13
+
+
+def _marker(torch: Any) -> Any:
+    """A callable issuing one MARKER_BYTES-byte memset on the current stream (a step boundary in the trace)."""
+    import ctypes
+
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    buf = torch.empty(64, dtype=torch.uint8, device="cuda")
+
+    def marker() -> None:
+        rc = libcuda.cuMemsetD8Async(ctypes.c_uint64(buf.data_ptr()), ctypes.c_ubyte(MARKER_VALUE),
+                                     ctypes.c_size_t(MARKER_BYTES), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        if rc:
+            raise RuntimeError(f"cuMemsetD8Async returned {rc}")
+
+    return marker
+_DOMAIN = {"runtime": 2, "driver": 1}  # CUPTI_CB_DOMAIN_RUNTIME_API / _DRIVER_API
+
+
+def _libcupti() -> Any:
+    """The libcupti this process has loaded (Kineto's), through ctypes."""
+    import ctypes
+
+    with open("/proc/self/maps") as f:
+        paths = sorted({ln.split()[-1] for ln in f if "libcupti" in ln and ln.split()[-1].startswith("/")})
+    if not paths:
+        raise RuntimeError("no libcupti loaded in this process")
+    lib = ctypes.CDLL(paths[0])
+    lib.cuptiGetCallbackName.argtypes = [ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_char_p)]
+    for fn in ("cuptiActivityEnableRuntimeApi", "cuptiActivityEnableDriverApi"):
+        getattr(lib, fn).argtypes = [ctypes.c_uint32, ctypes.c_uint8]
+    lib.cuptiActivityEnable.argtypes = lib.cuptiActivityDisable.argtypes = [ctypes.c_int]
+    return lib, paths[0]
+
+
+def _api_ids(lib: Any, domain: int) -> dict[int, str]:
+    import ctypes
+
+    out: dict[int, str] = {}
+    misses = 0
+    cbid = 1
+    while misses < 64 and cbid < 4096:
+        name = ctypes.c_char_p()
+        if lib.cuptiGetCallbackName(domain, cbid, ctypes.byref(name)) == 0 and name.value:
+            out[cbid] = name.value.decode()
+            misses = 0
+        else:
+            misses += 1
+        cbid += 1
+    return out
+
+
+def _api_filter(kinds_off: bool) -> dict[str, Any]:
+    """Cut CUPTI's runtime/driver records down to :data:`API_KEEP` (see ``timing_rtfilter`` in the docstring)."""
+    lib, path = _libcupti()
+    res: dict[str, Any] = {"lib": path, "mode": "b" if kinds_off else "a"}
+    if kinds_off:
+        res["disable_kinds"] = [lib.cuptiActivityDisable(_CUPTI_RUNTIME_KIND), lib.cuptiActivityDisable(_CUPTI_DRIVER_KIND)]
+    for dom, fn in (("runtime", lib.cuptiActivityEnableRuntimeApi), ("driver", lib.cuptiActivityEnableDriverApi)):
+        ids = _api_ids(lib, _DOMAIN[dom])
+        codes: dict[int, int] = {}
+        kept = 0
+        for cbid, name in ids.items():
+            keep = any(w in name for w in API_KEEP)
+            kept += keep
+            if kinds_off and not keep:
+                continue
+            rc = fn(cbid, int(keep))
+            codes[rc] = codes.get(rc, 0) + 1
+        res[dom] = {"ids": len(ids), "kept": kept, "return_codes": codes, "kept_ids": [c for c, n in ids.items()
+                                                                                        if any(w in n for w in API_KEEP)]}
+    return res
+
+
+def _api_filter_restore(res: dict[str, Any]) -> dict[str, Any]:
+    """After the window: every call back to its default (records follow the kinds again)."""
+    lib, _ = _libcupti()
+    out: dict[str, Any] = {}
+    for dom, fn in (("runtime", lib.cuptiActivityEnableRuntimeApi), ("driver", lib.cuptiActivityEnableDriverApi)):
+        ids = _api_ids(lib, _DOMAIN[dom])
+        codes: dict[int, int] = {}
+        for cbid in ids:
+            rc = fn(cbid, 0 if res["mode"] == "b" else 1)
+            codes[rc] = codes.get(rc, 0) + 1
+        out[dom] = codes
+    return out
 
 
 def _cupti_session(which: str, state: dict[str, Any]) -> tuple[Any, Any, Any]:
