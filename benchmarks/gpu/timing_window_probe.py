@@ -33,7 +33,8 @@ kernels, copies and memsets alone; plus synchronization records; plus runtime (o
 copies, memsets and syncs only; plus every runtime call; plus driver calls — what each kind of record costs; each
 also checks step markers, correlation order, the CUPTI clock and a Kineto session afterwards; needs the
 ``cupti-python`` and ``pyelftools`` wheels). ``--only`` may name a scenario twice (e.g. ``none``
-first and last, to see drift). ``--cycles N`` opens the window N times in each process (8 steps, then 6 plain
+first and last, to see drift). ``PROBE_STEP=launches`` replaces GPT-2 with a host-bound step of
+2,000 tiny launches (the host's cost per launch under each capture). ``--cycles N`` opens the window N times in each process (8 steps, then 6 plain
 steps) and reports the median over cycles of (window / the plain steps around it): use it on a noisy host.
 Writes $OUT/timing_window_probe.json and prints a table last.
 """
@@ -458,6 +459,22 @@ def _samplers(torch: Any, scenario: str) -> list[Any]:
     return out
 
 
+#: ``PROBE_STEP=launches``: a host-bound step of this many launches of a tiny element-wise kernel and one sync,
+#: whose time is the host's cost per launch: what each capture adds to a launch, without GPT-2's GPU time around it.
+LAUNCHES_PER_STEP = 2000
+
+
+def _launch_step(torch: Any, smoke: bool) -> Any:
+    x = torch.zeros(1024, device="cpu" if smoke else "cuda")
+
+    def step() -> None:
+        for _ in range(LAUNCHES_PER_STEP // (20 if smoke else 1)):
+            x.add_(1.0)
+        x.sum().item()
+
+    return step
+
+
 def child(scenario: str, out: Path, smoke: bool, cycles: int = 1) -> dict[str, Any]:
     """One scenario. ``cycles`` > 1: the window is opened ``cycles`` times (``CYCLE_WINDOW`` steps, then one
     teardown step and ``CYCLE_PLAIN`` plain steps) and each window is compared with the plain steps on both sides
@@ -468,7 +485,7 @@ def child(scenario: str, out: Path, smoke: bool, cycles: int = 1) -> dict[str, A
     import torch
     from capture_costs_gpt2 import build
 
-    step = build(smoke)
+    step = _launch_step(torch, smoke) if os.environ.get("PROBE_STEP") == "launches" else build(smoke)
     start, hook, stop = _session(torch, scenario, out)
     window, plain = (WINDOW, AFTER) if cycles == 1 else (CYCLE_WINDOW, CYCLE_PLAIN)
     # Per step: "warm", "on", "teardown" (first step after a stop) or "off".
