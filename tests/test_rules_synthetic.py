@@ -217,6 +217,45 @@ def test_launch_bound_on_tiny_kernels() -> None:
     assert "gpu-idle" in found and "host-sync" not in found
 
 
+def _with_capture_cost(profiled_us: float, unprofiled_us: float) -> dict[str, dict[str, Any]]:
+    """The tiny-kernel step as ``dnnprof run`` records it: with its own timing of steps without the profiler."""
+    profile = _tiny_kernels().build([(0, 20 * 200 + 100)])
+    profile.meta["capture"] = {"overhead": {"baseline": {"median_us": unprofiled_us, "count": 6},
+                                            "profiled": {"median_us": profiled_us, "count": 10},
+                                            "dilation": round(profiled_us / unprofiled_us, 4)}}
+    a = analyse(profile)
+    return {f["id"]: f for f in findings_from_analysis(a, summary_of(a))}
+
+
+def test_idle_findings_leave_out_what_the_capture_added() -> None:
+    """Host-bound steps dilate by the capture's per-launch cost (GPT-2 124M: ~3 µs a launch on an H100 host), all
+    of it GPU idle; a run that timed its steps without the profiler too says how much, and the gains exclude it."""
+    plain = run(_tiny_kernels(), [(0, 20 * 200 + 100)])
+    found = _with_capture_cost(profiled_us=4_100, unprofiled_us=1_100)  # the capture added 3 ms a step
+    lb, idle = found["launch-bound"], found["gpu-idle"]
+    ev = lb["evidence"]
+    assert ev["host_launch_idle_us"] == pytest.approx(199 * 17) and ev["capture_added_us_per_step"] == 3_000
+    assert (ev["unprofiled_step_us"], ev["profiled_step_us"]) == (1_100, 4_100)
+    assert ev["pct_of_step"] == plain["launch-bound"]["evidence"]["pct_of_step"]  # what was measured, as before
+    window = idle["evidence"]["window_us"]
+    want = 100 * (199 * 17 - 3_000) / (window - 3_000)
+    assert lb["est_gain_pct"] == pytest.approx(want, abs=0.05) and ev["pct_of_step_net_of_capture"] == \
+        pytest.approx(want, abs=0.01)
+    assert lb["est_gain_pct"] < plain["launch-bound"]["est_gain_pct"]
+    assert idle["est_gain_pct"] == pytest.approx(100 * (idle["evidence"]["idle_us"] - 3_000) / (window - 3_000),
+                                                 abs=0.05)
+    assert idle["evidence"]["idle_net_of_capture_us"] == pytest.approx(idle["evidence"]["idle_us"] - 3_000)
+    assert "added 3.00 ms to each step" in lb["evidence"]["summary"] and "profiler's own" in lb["recommendation"]
+    # the capture explains all of the launch idle: the program itself is not launch-bound
+    found = _with_capture_cost(profiled_us=4_100, unprofiled_us=700)
+    assert "launch-bound" not in found and found["gpu-idle"]["est_gain_pct"] < 5
+    # a run whose capture cost nothing keeps the measured numbers
+    same = _with_capture_cost(profiled_us=4_100, unprofiled_us=4_200)
+    assert same["launch-bound"]["est_gain_pct"] == plain["launch-bound"]["est_gain_pct"]
+    assert same["launch-bound"]["evidence"]["capture_added_us_per_step"] == 0
+    assert "pct_of_step_net_of_capture" not in same["launch-bound"]["evidence"]
+
+
 def test_optimizer_per_parameter_loop() -> None:
     # One step: 4 ms of GEMMs, then AdamW(foreach=False): 100 per-parameter kernels of 3 µs, one every 20 µs.
     s = Synth()

@@ -112,6 +112,33 @@ class Context:
         cc = str(self.doc.get("device", {}).get("compute_capability") or "")
         return int(cc.split(".")[0]) if cc.split(".")[0].isdigit() else None
 
+    # --- what the capture itself cost -------------------------------------------------------------------------
+    @cached_property
+    def capture_cost(self) -> dict[str, Any] | None:
+        """The run's own measure of the profiler's cost, when the profile comes from ``dnnprof run``/``profile``:
+        the median step in the timed window against the median of the unprofiled steps of the same process
+        (``meta["capture"]["overhead"]``). None for a trace without that measure or without enough steps."""
+        o = (self.profile.meta.get("capture") or {}).get("overhead") or {}
+        base = (o.get("baseline") or {}).get("median_us")
+        timed = (o.get("profiled") or {}).get("median_us")
+        if not base or not timed or base <= 0 or timed <= 0:
+            return None
+        return {"unprofiled_step_us": round(float(base), 1), "profiled_step_us": round(float(timed), 1),
+                "added_us_per_step": round(max(0.0, float(timed) - float(base)), 1),
+                "unprofiled_steps": int((o.get("baseline") or {}).get("count") or 0)}
+
+    def net_of_capture(self, idle_ns: int) -> tuple[int, int] | None:
+        """``(idle, window)`` in ns with the capture's added step time taken out of both, or None without a measure.
+
+        Where the host sets the pace, what the profiler adds to each launch shows up as GPU idle time, so the idle
+        time a fix can recover is at most the measured idle minus the time the capture added to each step, and
+        the step it is a share of is the unprofiled one."""
+        cost = self.capture_cost
+        if cost is None or not cost["added_us_per_step"]:
+            return None
+        added = int(cost["added_us_per_step"] * 1000) * self.n_windows
+        return max(0, idle_ns - added), max(1, self.window_ns - added)
+
     # --- lazily built analyses --------------------------------------------------------------------------------
     @cached_property
     def timeline(self) -> Any:

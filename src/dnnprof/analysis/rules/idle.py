@@ -133,25 +133,59 @@ def gpu_idle(ctx: Context) -> Finding | None:
     main = order[0]
     breakdown = {c: {"idle_us": us(v), "pct_of_idle": round(pct(v, idle), 1), "see": _EXPLAINED_BY[c]}
                  for c, v in causes.items() if v}
-    profiled = ctx.profile.meta.get("source", {}).get("format") == "kineto"
+    net = ctx.net_of_capture(idle)
+    gain = pct(idle, ctx.window_ns) if net is None else pct(*net)
     return Finding(
         id="gpu-idle",
         title=f"GPU idle {100 - busy:.0f}% of the step (busy {busy:.0f}%)",
         summary=(f"{ms_text(idle)} idle in {ctx.n_windows} step window(s); largest cause: "
-                 f"{main.replace('_', ' ')} ({pct(causes[main], idle):.0f}% of the idle time)"),
+                 f"{main.replace('_', ' ')} ({pct(causes[main], idle):.0f}% of the idle time)"
+                 + _capture_clause(ctx)),
         recommendation=("Fix the largest idle cause first: " + "; ".join(
             f"{c.replace('_', ' ')} {pct(causes[c], idle):.0f}% ({_EXPLAINED_BY[c]})" for c in order if causes[c])
-            + "."
-            + (" Traces taken under torch.profiler inflate host time; confirm with an unprofiled timing."
-               if profiled and main == "host_launch" else "")),
-        est_gain_pct=pct(idle, ctx.window_ns),
+            + "." + (_capture_caveat(ctx, "host time") if main in ("host_launch", "host_work") else "")),
+        est_gain_pct=gain,
         how_estimated=("All idle time inside the step windows: the upper bound if every gap were filled; the "
-                       "cause-specific findings estimate what each fix recovers."),
+                       "cause-specific findings estimate what each fix recovers."
+                       + ("" if net is None else _NET_OF_CAPTURE)),
         evidence={"busy_pct": round(busy, 1), "idle_us": us(idle), "window_us": us(ctx.window_ns),
                   "idle_by_cause": breakdown, "largest_cause": main, "nvml_mean": _nvml(ctx),
-                  "host_hotspots": _host_hotspots(ctx)},
+                  "host_hotspots": _host_hotspots(ctx), **_capture_evidence(ctx, net)},
         top=_top_gaps(ctx, np.ones(tl.gap_start.size, dtype=bool)),
     )
+
+
+_NET_OF_CAPTURE = (" The run timed its steps without the profiler too; the time the capture added to each step is "
+                   "taken out of the idle time and of the step (capture_added_us_per_step).")
+
+
+def _capture_clause(ctx: Context) -> str:
+    cost = ctx.capture_cost
+    if cost is None or not cost["added_us_per_step"]:
+        return ""
+    return (f"; the capture itself added {cost['added_us_per_step'] / 1000:.2f} ms to each step "
+            f"({cost['profiled_step_us'] / 1000:.2f} ms profiled, {cost['unprofiled_step_us'] / 1000:.2f} ms without)")
+
+
+def _capture_caveat(ctx: Context, what: str) -> str:
+    """What to make of host time measured under a profiler: the run's own measure when it has one."""
+    if ctx.capture_cost is not None:
+        return "" if not ctx.capture_cost["added_us_per_step"] else (
+            f" Part of this {what} is the profiler's own: the estimate leaves out what the capture added to each step.")
+    if ctx.profile.meta.get("source", {}).get("format") == "kineto":
+        return f" Traces taken under torch.profiler inflate {what}; confirm with an unprofiled timing."
+    return ""
+
+
+def _capture_evidence(ctx: Context, net: tuple[int, int] | None) -> dict[str, Any]:
+    cost = ctx.capture_cost
+    if cost is None:
+        return {}
+    out = {"capture_added_us_per_step": cost["added_us_per_step"], "unprofiled_step_us": cost["unprofiled_step_us"],
+           "profiled_step_us": cost["profiled_step_us"]}
+    if net is not None:
+        out["idle_net_of_capture_us"] = us(net[0])
+    return out
 
 
 @rule("dataloader-bound", group="idle")
@@ -218,7 +252,10 @@ def launch_bound(ctx: Context) -> Finding | None:
         return None
     tl = ctx.timeline
     idle, _ = tl.host_launch_split(LAUNCH_GAP_MAX_NS)
-    if pct(idle, ctx.window_ns) < LAUNCH_BOUND_MIN_PCT:
+    net = ctx.net_of_capture(idle)
+    measured = pct(idle, ctx.window_ns)
+    share = measured if net is None else pct(*net)
+    if share < LAUNCH_BOUND_MIN_PCT:  # with the run's own measure: the capture's added cost does not count
         return None
     k = ctx.profile.tables["kernels"]
     sel = np.flatnonzero((k["rank"] == ctx.rank) & ((k["step"] >= 0) if ctx.has_steps else True))
@@ -234,26 +271,26 @@ def launch_bound(ctx: Context) -> Finding | None:
     launch_us = float(rt["dur_ns"][launches].mean() / 1e3) if launches.size else None
     graphs = int((k["graph_id"][sel] >= 0).sum())
     per_step = d.size / ctx.n_windows
-    share = pct(idle, ctx.window_ns)
-    profiled = ctx.profile.meta.get("source", {}).get("format") == "kineto"
     return Finding(
         id="launch-bound",
         title=f"Host-bound: the GPU waits for kernel launches {share:.0f}% of the step",
         summary=(f"{per_step:.0f} kernels per step, median {np.median(d) / 1e3:.1f} µs, {short:.0%} shorter than "
-                 f"{SHORT_KERNEL_NS // 1000} µs; {ms_text(idle)} of idle waiting for the next launch"),
+                 f"{SHORT_KERNEL_NS // 1000} µs; {ms_text(idle)} of idle waiting for the next launch"
+                 + _capture_clause(ctx)),
         recommendation=("Cut per-kernel host overhead: capture the step in a CUDA graph "
                         "(torch.compile(model, mode='reduce-overhead') or torch.cuda.CUDAGraph), fuse small ops with "
                         "torch.compile, use fused optimizers, or raise the batch size so each launch does more work."
-                        + (" Traces taken under torch.profiler inflate launch cost; confirm with an unprofiled "
-                           "timing." if profiled else "")),
+                        + _capture_caveat(ctx, "launch cost")),
         est_gain_pct=share,
         how_estimated=("Idle gaps that end with a kernel launched after the GPU ran dry and that no blocking call "
                        "explains, as a share of the step windows: what replaying the step as a CUDA graph (one "
-                       "launch) would remove at best."),
-        evidence={"host_launch_idle_us": us(idle), "pct_of_step": round(share, 2),
+                       "launch) would remove at best." + ("" if net is None else _NET_OF_CAPTURE)),
+        evidence={"host_launch_idle_us": us(idle), "pct_of_step": round(measured, 2),
                   "kernels_per_step": round(per_step, 1), "median_kernel_us": round(float(np.median(d)) / 1e3, 2),
                   "short_kernel_share": round(short, 3), "mean_launch_call_us": launch_us,
-                  "graph_launched_kernels": graphs, "host_hotspots": _host_hotspots(ctx)},
+                  "graph_launched_kernels": graphs, "host_hotspots": _host_hotspots(ctx),
+                  **_capture_evidence(ctx, net),
+                  **({} if net is None else {"pct_of_step_net_of_capture": round(share, 2)})},
         top=_top_gaps(ctx, (tl.cause == CAUSES.index("host_launch")) & (tl.blamed_ns == 0)
                       & (tl.gap_end - tl.gap_start <= LAUNCH_GAP_MAX_NS)),
     )
