@@ -217,11 +217,15 @@ def test_launch_bound_on_tiny_kernels() -> None:
     assert "gpu-idle" in found and "host-sync" not in found
 
 
-def _with_capture_cost(profiled_us: float, unprofiled_us: float) -> dict[str, dict[str, Any]]:
+def _with_capture_cost(profiled_us: float, unprofiled_us: float,
+                       before_after_us: tuple[float, float] | None = None) -> dict[str, dict[str, Any]]:
     """The tiny-kernel step as ``dnnprof run`` records it: with its own timing of steps without the profiler."""
     profile = _tiny_kernels().build([(0, 20 * 200 + 100)])
+    before, after = before_after_us or (unprofiled_us, unprofiled_us)
     profile.meta["capture"] = {"overhead": {"baseline": {"median_us": unprofiled_us, "count": 6},
                                             "profiled": {"median_us": profiled_us, "count": 10},
+                                            "baseline_before": {"median_us": before, "count": 3},
+                                            "baseline_after": {"median_us": after, "count": 3},
                                             "dilation": round(profiled_us / unprofiled_us, 4)}}
     a = analyse(profile)
     return {f["id"]: f for f in findings_from_analysis(a, summary_of(a))}
@@ -254,6 +258,10 @@ def test_idle_findings_leave_out_what_the_capture_added() -> None:
     assert same["launch-bound"]["est_gain_pct"] == plain["launch-bound"]["est_gain_pct"]
     assert same["launch-bound"]["evidence"]["capture_added_us_per_step"] == 0
     assert "pct_of_step_net_of_capture" not in same["launch-bound"]["evidence"]
+    # unprofiled steps that were still warming up (2 ms before the window, 1.1 ms after it) are no measure
+    warming = _with_capture_cost(profiled_us=4_100, unprofiled_us=1_100, before_after_us=(2_000, 1_100))
+    assert warming["launch-bound"]["est_gain_pct"] == plain["launch-bound"]["est_gain_pct"]
+    assert "capture_added_us_per_step" not in warming["launch-bound"]["evidence"]
 
 
 def test_optimizer_per_parameter_loop() -> None:

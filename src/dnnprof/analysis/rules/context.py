@@ -25,6 +25,9 @@ PLUMBING_OPS = frozenset({
     "aten::cpu", "aten::_pin_memory", "aten::pin_memory", "aten::contiguous", "aten::clone", "aten::tolist",
 })
 _STEP_LIKE = ("ProfilerStep#", "dnnprof.step", "## ")
+#: Unprofiled steps before and after the profiled ones that differ by more than this factor give no measure of the
+#: capture's cost (the run was still warming up or changed pace; ``dnnprof run`` says so too).
+UNSTEADY_BASELINE_RATIO = 1.25
 _PY_FRAME = re.compile(r"^(?P<file>[^()]+\.py)\((?P<line>\d+)\): (?P<func>.+)$")
 _LIBRARY_PATHS = ("site-packages", "dist-packages", "/torch/", "\\torch\\", "<frozen", "/lib/python", "threading.py")
 
@@ -123,6 +126,10 @@ class Context:
         timed = (o.get("profiled") or {}).get("median_us")
         if not base or not timed or base <= 0 or timed <= 0:
             return None
+        before = (o.get("baseline_before") or {}).get("median_us")
+        after = (o.get("baseline_after") or {}).get("median_us")
+        if before and after and max(before, after) / min(before, after) > UNSTEADY_BASELINE_RATIO:
+            return None  # still warming up, or changing pace: the unprofiled steps are no measure
         return {"unprofiled_step_us": round(float(base), 1), "profiled_step_us": round(float(timed), 1),
                 "added_us_per_step": round(max(0.0, float(timed) - float(base)), 1),
                 "unprofiled_steps": int((o.get("baseline") or {}).get("count") or 0)}
