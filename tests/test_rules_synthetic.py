@@ -71,6 +71,30 @@ def test_amp_not_used_gain_uses_bf16_over_fp32_peak() -> None:
     assert "H100" in f["how_estimated"]
 
 
+def test_kernels_on_parallel_streams_gain_wall_time_not_summed_time() -> None:
+    """A bidirectional RNN runs its two directions' fp32 GEMMs at the same time on two streams (the DeepSpeech2
+    H200 trace: the amp-not-used kernels' wall time is 0.90 of their summed time). Summed, the kernel time of this
+    step is twice the step, and its gain came out as 100 %; as wall time it is what the step can lose."""
+    s = Synth()
+    step = s.op("ProfilerStep#0", 0, 2_200, category="user_annotation")
+    for d in range(2):  # forward and backward direction, 10 GEMMs each, launched together
+        for j in range(10):
+            o = s.op("aten::mm", 1 + 20 * j + d, 5, parent=step)
+            s.kernel(FP32_SGEMM, 100 + 200 * j, 190, launch=3 + 20 * j + d, op=o, grid=(1056, 1, 1))
+    f = run(s, [(0, 2_200)])["amp-not-used"]
+    ev = f["evidence"]
+    sp = H100.tflops["bf16"] / H100.tflops["fp32"]
+    window = 9 * 200 + 190
+    assert ev["fp32_kernel_us"] == pytest.approx(20 * 190) and ev["overlap_factor"] == pytest.approx(0.5)
+    assert ev["pct_of_step"] == pytest.approx(100 * 10 * 190 / window, abs=0.01)
+    assert f["est_gain_pct"] == pytest.approx(100 * 10 * 190 * (1 - 1 / sp) / window, abs=0.05)
+    assert f["est_gain_pct"] < 100
+    assert "scaled by 0.50" in f["how_estimated"]
+    # the same GEMMs one after the other: nothing to scale
+    serial = run(transformer_steps(gemm=FP32_SGEMM, elementwise=FP32_ADD), steps_of(4))["amp-not-used"]
+    assert "overlap_factor" not in serial["evidence"] and "scaled" not in serial["how_estimated"]
+
+
 def test_tensor_cores_unused_on_unaligned_and_non_tc_half_gemms() -> None:
     unaligned = "void cutlass::Kernel2<cutlass_80_tensorop_f16_s16816gemm_relu_f16_64x64_32x6_tn_align2>(Params)"
     no_tc = "void gemmSN_NN_kernel<__half, 256, 4, 2, 8, 4, 4, false>(cublasGemmSmallNParams<__half const>)"

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnprof.analysis.intervals import merge
 from dnnprof.analysis.kernel_summary import KernelRow
 from dnnprof.analysis.summary import Analysis
 from dnnprof.model.device import DeviceInfo
@@ -77,6 +78,26 @@ class Context:
         if self.has_steps:
             d = d[k["step"][rows] >= 0]
         return int(d.sum())
+
+    def busy_ns(self, rows: list[KernelRow]) -> int:
+        """Wall time the launches of ``rows`` occupy inside the steps: the union of their intervals. Kernels that
+        run at the same time on several streams (a bidirectional RNN's two directions, compute beside NCCL) count
+        once here, where their summed durations count them twice."""
+        if not rows:
+            return 0
+        k = self.profile.tables["kernels"]
+        idx = np.concatenate([r.rows for r in rows])
+        if self.has_steps:
+            idx = idx[k["step"][idx] >= 0]
+        start = k["start_ns"][idx].astype(np.int64)
+        s, e = merge(start, start + k["dur_ns"][idx].astype(np.int64))
+        return int((e - s).sum())
+
+    def overlap_factor(self, rows: list[KernelRow]) -> float:
+        """:meth:`busy_ns` over the summed kernel time of ``rows`` (1.0 when none of them overlap): what a gain
+        computed from summed kernel time is scaled by, so that it is a share of wall time, never above it."""
+        total = sum(self.in_window_ns(r.rows) for r in rows)
+        return min(1.0, self.busy_ns(rows) / total) if total else 1.0
 
     @cached_property
     def kernel_ns(self) -> int:

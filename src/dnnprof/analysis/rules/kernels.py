@@ -113,7 +113,9 @@ def low_occupancy(ctx: Context) -> Finding | None:
     t = sum(ctx.in_window_ns(r.rows) for r, _, _ in rows)
     if not ctx.kernel_ns or pct(t, ctx.kernel_ns) < LOW_OCC_MIN_KERNEL_PCT:
         return None
-    gain = sum(ctx.in_window_ns(r.rows) * (1.0 - o / LOW_OCC_TARGET_PCT) for r, o, _ in rows)
+    # kernels overlapping on several streams count once (Context.overlap_factor)
+    gain = sum(ctx.in_window_ns(r.rows) * (1.0 - o / LOW_OCC_TARGET_PCT) for r, o, _ in rows) \
+        * ctx.overlap_factor([r for r, _, _ in rows])
     rows.sort(key=lambda x: -ctx.in_window_ns(x[0].rows))
     top = [ctx.kernel_offender(r, {"theoretical_occupancy_pct": round(o, 1), "limiter": lim,
                                    "registers_per_thread": r.registers_per_thread,
@@ -230,7 +232,7 @@ def compile_not_used(ctx: Context) -> Finding | None:
     per_step = calls / ctx.n_windows
     if per_step < COMPILE_MIN_KERNELS_PER_STEP or pct(t, ctx.kernel_ns) < COMPILE_MIN_KERNEL_PCT:
         return None
-    gain = t * (1.0 - 1.0 / COMPILE_FUSION_SPEEDUP)
+    gain = t * (1.0 - 1.0 / COMPILE_FUSION_SPEEDUP) * ctx.overlap_factor(rows)  # overlapping kernels count once
     rows.sort(key=lambda r: -ctx.in_window_ns(r.rows))
     fams: dict[str, int] = {}
     for r in rows:

@@ -85,6 +85,19 @@ def _gain_ns(ctx: Context, rows: list[KernelRow], speedup: float) -> float:
     return sum(ctx.in_window_ns(r.rows) for r in rows) * (1.0 - 1.0 / speedup)
 
 
+def _on_the_wall(ctx: Context, rows: list[KernelRow], gain_ns: float) -> tuple[float, float, str]:
+    """A gain from summed kernel time, as wall time: (gain, overlap factor, words for ``how_estimated``)."""
+    f = ctx.overlap_factor(rows)
+    if f >= 0.995:
+        return gain_ns, 1.0, ""
+    return gain_ns * f, f, (f" These kernels overlap on several streams: the gain is scaled by {f:.2f}, their wall "
+                            "time over their summed time.")
+
+
+def _overlap_evidence(overlap: float) -> dict[str, float]:
+    return {} if overlap >= 1.0 else {"overlap_factor": round(overlap, 3)}
+
+
 def _offenders(ctx: Context, rows: list[KernelRow]) -> list[dict[str, Any]]:
     ranked = sorted(rows, key=lambda r: -ctx.in_window_ns(r.rows))[:TOP_N]
     return [ctx.kernel_offender(r, {"precision": _precision(r) or None, "tensor_core": r.tensor_core})
@@ -134,14 +147,15 @@ def amp_not_used(ctx: Context) -> Finding | None:
     s, src = _speedup(ctx, target, "fp32")
     s_tf, src_tf = _speedup(ctx, target, "tf32") if ampere else (1.0, "")
     gain = _gain_ns(ctx, fp32, s) + (_gain_ns(ctx, tf32, s_tf) if no_amp and ampere else 0.0)
+    gain, overlap, overlap_words = _on_the_wall(ctx, counted, gain)
     share = pct(t, ctx.kernel_ns)
     what = "fp32 matrix math without tensor cores" if not (no_amp and ttf) else "fp32/TF32 matrix math, no AMP"
     dtype = "bfloat16" if ampere else "float16"
     return Finding(
         id="amp-not-used",
         title=f"{what}: {share:.0f}% of GPU kernel time",
-        summary=(f"{len(counted)} GEMM/conv kernels run in fp32 for {ms_text(t)} ({pct(t, ctx.window_ns):.1f}% of "
-                 f"step time; {ms_text(t32)} on the FMA pipes, {ms_text(ttf)} as TF32), mostly in "
+        summary=(f"{len(counted)} GEMM/conv kernels run in fp32 for {ms_text(t)} ({pct(t * overlap, ctx.window_ns):.1f}% "
+                 f"of step time; {ms_text(t32)} on the FMA pipes, {ms_text(ttf)} as TF32), mostly in "
                  f"{', '.join(_layers(ctx, counted))}"),
         recommendation=(f"Wrap the forward pass and loss in torch.autocast('cuda', dtype=torch.{dtype})"
                         f"{'' if ampere else ' with torch.amp.GradScaler'}"
@@ -152,9 +166,10 @@ def amp_not_used(ctx: Context) -> Finding | None:
                        + (f"; TF32 kernels: time × (1 − 1/{s_tf:.1f}), the {target}/tf32 peak ratio ({src_tf})"
                           if no_amp and ttf and ampere else "")
                        + ". An upper bound reached by compute-bound GEMMs (memory-bound ones gain less), realised in "
-                         "step time only while the GPU is the bottleneck."),
+                         "step time only while the GPU is the bottleneck." + overlap_words),
         evidence={"fp32_kernel_us": us(t32), "tf32_kernel_us": us(ttf), "half_kernel_us": us(thalf),
-                  "pct_of_kernel_time": round(share, 2), "pct_of_step": round(pct(t, ctx.window_ns), 2),
+                  "pct_of_kernel_time": round(share, 2), "pct_of_step": round(pct(t * overlap, ctx.window_ns), 2),
+                  **_overlap_evidence(overlap),
                   "kernels": len(counted), "amp_in_use": not no_amp, "assumed_speedup_fp32": round(s, 2),
                   "assumed_speedup_tf32": round(s_tf, 2) if ampere else None,
                   "device": ctx.spec.name if ctx.spec else None},
@@ -216,6 +231,7 @@ def tensor_cores_unused(ctx: Context) -> Finding | None:
     speedups, aligned_rate, measured_words = _measured_unaligned(ctx, unaligned)
     gain = _gain_ns(ctx, no_tc, s_no) + sum(
         _gain_ns(ctx, [r], speedups.get(r.short_name, UNALIGNED_SPEEDUP)) for r in unaligned)
+    gain, overlap, overlap_words = _on_the_wall(ctx, no_tc + unaligned, gain)
     share = pct(t_no + t_un, ctx.kernel_ns)
     if speedups:
         lo, hi = min(speedups.values()), max(speedups.values())
@@ -241,9 +257,9 @@ def tensor_cores_unused(ctx: Context) -> Finding | None:
         est_gain_pct=pct(gain, ctx.window_ns),
         how_estimated=(f"{how_unaligned}; kernels without tensor "
                        f"cores: time × (1 − 1/{s_no:.1f}), the bf16 tensor-core peak over the packed-half FMA rate "
-                       f"(2× fp32; {src})."),
+                       f"(2× fp32; {src})." + overlap_words),
         evidence={"no_tensor_core_us": us(t_no), "unaligned_us": us(t_un), "pct_of_kernel_time": round(share, 2),
-                  "pct_of_step": round(pct(t_no + t_un, ctx.window_ns), 2),
+                  "pct_of_step": round(pct((t_no + t_un) * overlap, ctx.window_ns), 2), **_overlap_evidence(overlap),
                   **({"aligned_gemm_tflops": round(aligned_rate / 1e12, 1),
                       "unaligned_speedups": {k: round(v, 2) for k, v in sorted(speedups.items())}}
                      if speedups and aligned_rate else {})},
@@ -274,19 +290,20 @@ def fp64_used(ctx: Context) -> Finding | None:
         s_mma, src = FP64_ELEMENTWISE_SPEEDUP, "device not in the spec table: assumed 2× (half the bytes)"
     s_mma = max(s_mma, FP64_ELEMENTWISE_SPEEDUP)
     gain = _gain_ns(ctx, mma, s_mma) + _gain_ns(ctx, other, FP64_ELEMENTWISE_SPEEDUP)
+    gain, overlap, overlap_words = _on_the_wall(ctx, rows, gain)
     share = pct(t, ctx.kernel_ns)
     return Finding(
         id="fp64-used",
         title=f"Double precision (fp64) kernels: {share:.0f}% of GPU kernel time",
-        summary=(f"{len(rows)} fp64 kernels run for {ms_text(t)} ({pct(t, ctx.window_ns):.1f}% of step time), "
+        summary=(f"{len(rows)} fp64 kernels run for {ms_text(t)} ({pct(t * overlap, ctx.window_ns):.1f}% of step time), "
                  f"mostly in {', '.join(_layers(ctx, rows))}"),
         recommendation=("Train in fp32 or lower: model.float(), convert inputs with .float() (NumPy arrays are "
                         "float64 and torch.from_numpy keeps that), or torch.set_default_dtype(torch.float32)."),
         est_gain_pct=pct(gain, ctx.window_ns),
         how_estimated=(f"fp64 GEMMs: time × (1 − 1/{s_mma:.1f}) ({src}); other fp64 kernels: time × "
-                       f"(1 − 1/{FP64_ELEMENTWISE_SPEEDUP:g}) (memory-bound: fp32 halves their bytes)."),
-        evidence={"fp64_kernel_us": us(t), "pct_of_kernel_time": round(share, 2),
-                  "pct_of_step": round(pct(t, ctx.window_ns), 2), "gemm_us": us(sum(ctx.in_window_ns(r.rows)
+                       f"(1 − 1/{FP64_ELEMENTWISE_SPEEDUP:g}) (memory-bound: fp32 halves their bytes)." + overlap_words),
+        evidence={"fp64_kernel_us": us(t), "pct_of_kernel_time": round(share, 2), **_overlap_evidence(overlap),
+                  "pct_of_step": round(pct(t * overlap, ctx.window_ns), 2), "gemm_us": us(sum(ctx.in_window_ns(r.rows)
                                                                                     for r in mma))},
         top=_offenders(ctx, rows),
     )
