@@ -71,6 +71,23 @@ def test_amp_not_used_gain_uses_bf16_over_fp32_peak() -> None:
     assert "H100" in f["how_estimated"]
 
 
+def test_amp_gain_is_floored_by_the_measured_dram_bytes() -> None:
+    """With Nsight Compute counters, an fp32 GEMM cannot get faster in bf16 than moving half its measured DRAM
+    bytes at the datasheet bandwidth: a kernel whose traffic takes 300 µs of its 900 gains 600 µs, not 839."""
+    bw = H100.memory_bandwidth_gb_s * 1e9
+    per_launch = 2 * 300e-6 * bw  # half of it takes 300 µs
+    doc = {"kernels": [{"name": FP32_SGEMM, "dram_bytes": per_launch}]}
+    f = run(transformer_steps(gemm=FP32_SGEMM, elementwise=FP32_ADD), steps_of(4), doc)["amp-not-used"]
+    assert f["est_gain_pct"] == pytest.approx(100 * 4 * 8 * 600 / WINDOW_US, abs=0.05)
+    assert f["evidence"]["memory_floored_kernels"] == 1 and "half their measured DRAM bytes" in f["how_estimated"]
+    # traffic that bf16 moves faster than its math: the peak ratio stands
+    doc = {"kernels": [{"name": FP32_SGEMM, "dram_bytes": per_launch / 100}]}
+    f = run(transformer_steps(gemm=FP32_SGEMM, elementwise=FP32_ADD), steps_of(4), doc)["amp-not-used"]
+    s = H100.tflops["bf16"] / H100.tflops["fp32"]
+    assert f["est_gain_pct"] == pytest.approx(100 * 4 * 8 * 900 * (1 - 1 / s) / WINDOW_US, abs=0.05)
+    assert "memory_floored_kernels" not in f["evidence"]
+
+
 def test_kernels_on_parallel_streams_gain_wall_time_not_summed_time() -> None:
     """A bidirectional RNN runs its two directions' fp32 GEMMs at the same time on two streams (the DeepSpeech2
     H200 trace: the amp-not-used kernels' wall time is 0.90 of their summed time). Summed, the kernel time of this

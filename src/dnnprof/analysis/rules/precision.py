@@ -35,6 +35,8 @@ _ATTENTION = re.compile(r"sdpa|flash|fmha|attention", re.IGNORECASE)
 #: Non-GEMM fp64 kernels are assumed memory-bound: fp32 halves their bytes.
 FP64_ELEMENTWISE_SPEEDUP = 2.0
 TOP_N = 5
+#: Share of its fp32 DRAM traffic a matrix kernel keeps in 16 bits (operands and output halve).
+HALF_BYTES = 0.5
 
 #: Kernel families whose work tensor cores can do.
 TC_FAMILIES = frozenset({"gemm", "conv", "attention", "rnn"})
@@ -83,6 +85,26 @@ def _speedup(ctx: Context, to: str, frm: str) -> tuple[float, str]:
 
 def _gain_ns(ctx: Context, rows: list[KernelRow], speedup: float) -> float:
     return sum(ctx.in_window_ns(r.rows) for r in rows) * (1.0 - 1.0 / speedup)
+
+
+def _gain_to_half(ctx: Context, rows: list[KernelRow], speedup: float) -> tuple[float, int]:
+    """:func:`_gain_ns` for fp32/TF32 matrix kernels moving to 16 bits, floored by memory where the run has Nsight
+    Compute counters: a kernel cannot take less than reading and writing half its measured DRAM bytes at the
+    datasheet bandwidth (``HALF_BYTES``). (gain ns, kernels the floor limited)."""
+    bw = ctx.spec.memory_bandwidth_gb_s * 1e9 if ctx.spec is not None else None
+    gain, floored = 0.0, 0
+    k = ctx.profile.tables["kernels"]
+    for r in rows:
+        t = ctx.in_window_ns(r.rows)
+        per_launch = (ctx.doc_kernels.get(r.name) or {}).get("dram_bytes")
+        new = t / speedup
+        if bw and per_launch:
+            launches = int((k["step"][r.rows] >= 0).sum()) if ctx.has_steps else r.rows.size
+            floor = launches * per_launch * HALF_BYTES / bw * 1e9
+            if floor > new:
+                new, floored = min(floor, t), floored + 1
+        gain += t - new
+    return gain, floored
 
 
 def _on_the_wall(ctx: Context, rows: list[KernelRow], gain_ns: float) -> tuple[float, float, str]:
@@ -146,8 +168,10 @@ def amp_not_used(ctx: Context) -> Finding | None:
     target = "bf16" if ampere else "fp16"
     s, src = _speedup(ctx, target, "fp32")
     s_tf, src_tf = _speedup(ctx, target, "tf32") if ampere else (1.0, "")
-    gain = _gain_ns(ctx, fp32, s) + (_gain_ns(ctx, tf32, s_tf) if no_amp and ampere else 0.0)
-    gain, overlap, overlap_words = _on_the_wall(ctx, counted, gain)
+    g32, f32 = _gain_to_half(ctx, fp32, s)
+    gtf, ftf = _gain_to_half(ctx, tf32, s_tf) if no_amp and ampere else (0.0, 0)
+    gain, overlap, overlap_words = _on_the_wall(ctx, counted, g32 + gtf)
+    floored = f32 + ftf
     share = pct(t, ctx.kernel_ns)
     what = "fp32 matrix math without tensor cores" if not (no_amp and ttf) else "fp32/TF32 matrix math, no AMP"
     dtype = "bfloat16" if ampere else "float16"
@@ -166,10 +190,13 @@ def amp_not_used(ctx: Context) -> Finding | None:
                        + (f"; TF32 kernels: time × (1 − 1/{s_tf:.1f}), the {target}/tf32 peak ratio ({src_tf})"
                           if no_amp and ttf and ampere else "")
                        + ". An upper bound reached by compute-bound GEMMs (memory-bound ones gain less), realised in "
-                         "step time only while the GPU is the bottleneck." + overlap_words),
+                         "step time only while the GPU is the bottleneck."
+                       + (f" With Nsight Compute counters, {floored} of the kernels are held at the time to move half "
+                          "their measured DRAM bytes at the datasheet bandwidth." if floored else "")
+                       + overlap_words),
         evidence={"fp32_kernel_us": us(t32), "tf32_kernel_us": us(ttf), "half_kernel_us": us(thalf),
                   "pct_of_kernel_time": round(share, 2), "pct_of_step": round(pct(t * overlap, ctx.window_ns), 2),
-                  **_overlap_evidence(overlap),
+                  **_overlap_evidence(overlap), **({"memory_floored_kernels": floored} if floored else {}),
                   "kernels": len(counted), "amp_in_use": not no_amp, "assumed_speedup_fp32": round(s, 2),
                   "assumed_speedup_tf32": round(s_tf, 2) if ampere else None,
                   "device": ctx.spec.name if ctx.spec else None},
