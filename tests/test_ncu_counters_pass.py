@@ -92,9 +92,14 @@ def test_counters_pass_runs_the_command_through_env(tmp_path: Path, monkeypatch:
     def env_for(sub: Path) -> dict[str, str]:
         return {**os.environ, "DNNPROF_RUN_DIR": str(sub)}
 
+    said: list[str] = []
     out = counters_pass(run, ["python3", "-c", script], CollectorConfig(), _profile(), [3, 4, 5], env_for,
-                        lambda p, t: type("J", (), {"covered_ns": 1, "total_ns": 2, "matched_kernels": 2})())
+                        lambda p, t: type("J", (), {"covered_ns": 1, "total_ns": 2, "matched_kernels": 2})(),
+                        say=said.append)
     assert out["status"] == "ok", out
+    # before ncu starts, the user hears what it will profile and roughly how long the replays take
+    assert said == ["step 4: ncu will profile about 1 kernel launch (1 kernel name, 100.0% of the step's GPU "
+                    "time): roughly 0.3 s of replay once the program reaches that step"]
     assert out["step"] == 4 and out["covered_gpu_time_pct"] == 50.0 and out["profiled_launches"] == 41
     assert out["plan"]["strategy"] == "first-per-config" and out["plan"]["predicted_launches"] == 1
     assert seen.read_text() == f"{run / 'counters'}|unset"  # the process sees its run directory, no owner

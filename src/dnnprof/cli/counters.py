@@ -98,6 +98,7 @@ def counters(
     kernel signatures that cover most of the GPU time), join them onto every kernel, update the run."""
     import json
     import os
+    import sys
 
     from dnnprof.analysis.counters_join import join_counters
     from dnnprof.analysis.rules import findings_from_analysis
@@ -130,7 +131,8 @@ def counters(
     old = os.getcwd()
     os.chdir(cwd)
     try:
-        result = counters_pass(run, list(meta["command"]), config, profile, timed, child_env, join)
+        result = counters_pass(run, list(meta["command"]), config, profile, timed, child_env, join,
+                               say=lambda m: print(f"dnnprof: counters: {m}", file=sys.stderr, flush=True))
     finally:
         os.chdir(old)
     meta.setdefault("capture", {})["counters"] = result

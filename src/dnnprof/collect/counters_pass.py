@@ -49,9 +49,11 @@ def ncu_environment(base_env: dict[str, str]) -> dict[str, str]:
 
 def counters_pass(run_dir: Path, command: list[str], config: CollectorConfig, profile: Any, timed_steps: list[int],
                   env_for: Callable[[Path], dict[str, str]],
-                  join: Callable[[Any, Any], Any] | None) -> dict[str, Any]:
-    """Run the command under ncu for one timed step and join the counters into ``profile``; never raises."""
-    from dnnprof.collect.ncu import LaunchSequence, collect_counters
+                  join: Callable[[Any, Any], Any] | None,
+                  say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the command under ncu for one timed step and join the counters into ``profile``; never raises.
+    ``say`` gets one line on what ncu is about to profile, before it starts."""
+    from dnnprof.collect.ncu import LaunchSequence, collect_counters, plan_message
 
     if not timed_steps:
         return {"status": "skipped", "message": "no timed steps to take counters for"}
@@ -71,7 +73,8 @@ def counters_pass(run_dir: Path, command: list[str], config: CollectorConfig, pr
     base = dict(os.environ)
     target = target_command(command, env_for(sub), base)
     result, plan = collect_counters(target, seq, sub / "ncu.csv", nvtx_range=COUNTERS_RANGE, compute_capability=cc,
-                                    env=ncu_environment(base), timeout_s=TIMEOUT_S)
+                                    env=ncu_environment(base), timeout_s=TIMEOUT_S,
+                                    on_plan=None if say is None else (lambda pl: say(f"step {step}: {plan_message(pl)}")))
     (sub / "ncu_command.json").write_text(json.dumps(result.command))
     out: dict[str, Any] = {"status": result.status, "message": result.message, "step": step,
                            "log": f"{COUNTERS_DIR}/ncu.csv", "wall_s": round(result.wall_s, 2)}

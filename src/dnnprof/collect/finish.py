@@ -139,7 +139,8 @@ def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
 
             echo("--counters: running the command again under Nsight Compute for one step")
             capture["counters"] = counters_pass(staging, list(run_meta["command"]), config, profile,
-                                                capture["timed_steps"], child_env, counters_join)
+                                                capture["timed_steps"], child_env, counters_join,
+                                                say=lambda m: echo(f"--counters: {m}"))
             if capture["counters"]["status"] != "ok":
                 messages.append(f"counters: {capture['counters']['message']}")
         profile.save(staging / "profile")

@@ -31,7 +31,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -513,18 +513,35 @@ def run_ncu(cmd: Sequence[str], log_path: str | os.PathLike[str], timeout_s: flo
                         proc.returncode, wall, str(log), table)
 
 
+#: Replay cost of one profiled launch with dnnprof's sm_90 metric list (12 passes), measured on an H100 with GPT-2's
+#: kernels: 335–360 ms (benchmarks/RESULTS.md). Only for telling the user what to expect.
+SECONDS_PER_PROFILED_LAUNCH = 0.35
+
+
+def plan_message(plan: FilterPlan) -> str:
+    """One line on what ncu is about to do and roughly how long its replays take."""
+    n, k = len(plan.profiled), plan.kernels
+    secs = n * SECONDS_PER_PROFILED_LAUNCH
+    return (f"ncu will profile about {n} kernel launch{'es' if n != 1 else ''} ({k} kernel name{'s' if k != 1 else ''}, "
+            f"{100 * plan.predicted_coverage:.1f}% of the step's GPU time): roughly {secs:.{0 if secs >= 10 else 1}f} s "
+            "of replay once the program reaches that step")
+
+
 def collect_counters(target: Sequence[str], seq: LaunchSequence, log_path: str | os.PathLike[str], *,
                      nvtx_range: str = "step3", coverage: float = DEFAULT_COVERAGE,
                      compute_capability: str | None = "9.0", timeout_s: float = 600.0, ncu: str | None = None,
-                     env: dict[str, str] | None = None,
-                     cwd: str | None = None) -> tuple[NcuRunResult, FilterPlan | None]:
+                     env: dict[str, str] | None = None, cwd: str | None = None,
+                     on_plan: Callable[[FilterPlan], None] | None = None) -> tuple[NcuRunResult, FilterPlan | None]:
     """Select, plan, build and run in one call. ``target`` must run the workload with ``seq``'s step wrapped in an
-    NVTX push/pop range named ``nvtx_range``. Returns the run result and the plan (None when ncu is missing)."""
+    NVTX push/pop range named ``nvtx_range``; ``on_plan`` sees the plan before ncu starts. Returns the run result
+    and the plan (None when ncu is missing)."""
     exe = ncu or find_ncu()
     if exe is None:
         return NcuRunResult("ncu-not-found", "Nsight Compute (ncu) not found on PATH, in /usr/local/cuda*/bin or "
                             "/opt/nvidia/nsight-compute/*; install it or set DNNPROF_NCU"), None
     plan = plan_filters(seq, select_signatures(seq, coverage))
+    if on_plan is not None:
+        on_plan(plan)
     scope = "--nvtx-push-pop-scope" in ncu_help(exe) or not ncu_help(exe)
     cmd = build_ncu_command(exe, target, log_path, nvtx_range=nvtx_range, plan=plan,
                             compute_capability=compute_capability, process_scope=scope)
