@@ -65,6 +65,17 @@ def test_amp_not_used_fires_on_fp32_deepspeech_only(gpt2: Any, deepspeech: Any) 
     assert f["evidence"]["amp_in_use"] is False
     assert {t["layer"] for t in f["evidence"]["top"]} == {"aten::linear", "aten::rnn_relu"}
     assert f["severity"] == "high" and 0 < f["est_gain_pct"] < 100
+    # the RNN's GEMMs overlap on two streams: their wall time (union of their intervals, computed here from the raw
+    # events) is 0.90 of their summed time, and the gain and the step share count them once
+    counted = [e for e in raw_kernels(DEEPSPEECH) if e["dur"] > 0 and (
+        (("f32f32_f32f32" in e["name"] or "simt_sgemm" in e["name"]) and "splitK" not in e["name"])
+        or "tensorop_s1688gemm" in e["name"] or "tf32f32" in e["name"])]
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in counted)
+    wall, end = 0.0, float("-inf")
+    for a, b in spans:
+        wall += max(0.0, b - max(a, end))
+        end = max(end, b)
+    assert f["evidence"]["overlap_factor"] == pytest.approx(wall / sum(e["dur"] for e in counted), abs=0.002)
     assert "amp-not-used" not in found(gpt2)
 
 

@@ -114,8 +114,8 @@ def low_occupancy(ctx: Context) -> Finding | None:
     if not ctx.kernel_ns or pct(t, ctx.kernel_ns) < LOW_OCC_MIN_KERNEL_PCT:
         return None
     # kernels overlapping on several streams count once (Context.overlap_factor)
-    gain = sum(ctx.in_window_ns(r.rows) * (1.0 - o / LOW_OCC_TARGET_PCT) for r, o, _ in rows) \
-        * ctx.overlap_factor([r for r, _, _ in rows])
+    overlap = ctx.overlap_factor([r for r, _, _ in rows])
+    gain = sum(ctx.in_window_ns(r.rows) * (1.0 - o / LOW_OCC_TARGET_PCT) for r, o, _ in rows) * overlap
     rows.sort(key=lambda x: -ctx.in_window_ns(x[0].rows))
     top = [ctx.kernel_offender(r, {"theoretical_occupancy_pct": round(o, 1), "limiter": lim,
                                    "registers_per_thread": r.registers_per_thread,
@@ -139,7 +139,8 @@ def low_occupancy(ctx: Context) -> Finding | None:
                        "Compute counters to exclude them)."),
         evidence={"kernels": len(rows), "kernel_us": us(t), "pct_of_kernel_time": round(pct(t, ctx.kernel_ns), 2),
                   "limiters": limiters, "counters_used": any(_throughput(ctx.doc_kernels.get(r.name, {}))
-                                                             is not None for r, _, _ in rows)},
+                                                             is not None for r, _, _ in rows),
+                  **({"overlap_factor": round(overlap, 3)} if overlap < 1.0 else {})},
         top=top,
     )
 
@@ -232,7 +233,8 @@ def compile_not_used(ctx: Context) -> Finding | None:
     per_step = calls / ctx.n_windows
     if per_step < COMPILE_MIN_KERNELS_PER_STEP or pct(t, ctx.kernel_ns) < COMPILE_MIN_KERNEL_PCT:
         return None
-    gain = t * (1.0 - 1.0 / COMPILE_FUSION_SPEEDUP) * ctx.overlap_factor(rows)  # overlapping kernels count once
+    overlap = ctx.overlap_factor(rows)  # kernels overlapping on several streams count once
+    gain = t * (1.0 - 1.0 / COMPILE_FUSION_SPEEDUP) * overlap
     rows.sort(key=lambda r: -ctx.in_window_ns(r.rows))
     fams: dict[str, int] = {}
     for r in rows:
@@ -250,6 +252,7 @@ def compile_not_used(ctx: Context) -> Finding | None:
                        "fused pointwise ops); matrix kernels are left unchanged."),
         evidence={"fusable_kernels_per_step": round(per_step, 1), "fusable_kernel_us": us(t),
                   "pct_of_kernel_time": round(pct(t, ctx.kernel_ns), 2),
+                  **({"overlap_factor": round(overlap, 3)} if overlap < 1.0 else {}),
                   "by_family_us": {f: us(v) for f, v in sorted(fams.items(), key=lambda kv: -kv[1])}},
         top=[ctx.kernel_offender(r, {"family": r.family}) for r in rows[:TOP_N]],
     )
