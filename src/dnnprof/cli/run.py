@@ -52,13 +52,13 @@ def capture_config(*, warmup_steps: int, steps: int, full: bool, counters: bool,
         raise UserError(str(e)) from None
 
 
-#: Unprofiled steps before and after the windows that differ by more than this factor were not steady.
-UNSTEADY_BASELINE_RATIO = 1.25
 
 
 def warmup_hint(overhead: dict[str, Any]) -> str:
     """A line when the unprofiled steps before the windows and after them differ a lot: the run was still warming
     up (clocks, allocator, autotuning) or changed pace, so the dilation and the window's times are not steady."""
+    from dnnprof.analysis.rules.context import UNSTEADY_BASELINE_RATIO  # the findings' threshold too
+
     before = (overhead.get("baseline_before") or {}).get("median_us")
     after = (overhead.get("baseline_after") or {}).get("median_us")
     if not before or not after or max(before, after) / min(before, after) <= UNSTEADY_BASELINE_RATIO:

@@ -93,6 +93,10 @@ class Context:
         s, e = merge(start, start + k["dur_ns"][idx].astype(np.int64))
         return int((e - s).sum())
 
+    def overlap_evidence(self, factor: float) -> dict[str, float]:
+        """``{"overlap_factor": …}`` for a finding's evidence when kernels overlapped, else nothing."""
+        return {} if factor >= 1.0 else {"overlap_factor": round(factor, 3)}
+
     def overlap_factor(self, rows: list[KernelRow]) -> float:
         """:meth:`busy_ns` over the summed kernel time of ``rows`` (1.0 when none of them overlap): what a gain
         computed from summed kernel time is scaled by, so that it is a share of wall time, never above it."""

@@ -140,7 +140,7 @@ def low_occupancy(ctx: Context) -> Finding | None:
         evidence={"kernels": len(rows), "kernel_us": us(t), "pct_of_kernel_time": round(pct(t, ctx.kernel_ns), 2),
                   "limiters": limiters, "counters_used": any(_throughput(ctx.doc_kernels.get(r.name, {}))
                                                              is not None for r, _, _ in rows),
-                  **({"overlap_factor": round(overlap, 3)} if overlap < 1.0 else {})},
+                  **ctx.overlap_evidence(overlap)},
         top=top,
     )
 
@@ -252,7 +252,7 @@ def compile_not_used(ctx: Context) -> Finding | None:
                        "fused pointwise ops); matrix kernels are left unchanged."),
         evidence={"fusable_kernels_per_step": round(per_step, 1), "fusable_kernel_us": us(t),
                   "pct_of_kernel_time": round(pct(t, ctx.kernel_ns), 2),
-                  **({"overlap_factor": round(overlap, 3)} if overlap < 1.0 else {}),
+                  **ctx.overlap_evidence(overlap),
                   "by_family_us": {f: us(v) for f, v in sorted(fams.items(), key=lambda kv: -kv[1])}},
         top=[ctx.kernel_offender(r, {"family": r.family}) for r in rows[:TOP_N]],
     )

@@ -116,10 +116,6 @@ def _on_the_wall(ctx: Context, rows: list[KernelRow], gain_ns: float) -> tuple[f
                             "time over their summed time.")
 
 
-def _overlap_evidence(overlap: float) -> dict[str, float]:
-    return {} if overlap >= 1.0 else {"overlap_factor": round(overlap, 3)}
-
-
 def _offenders(ctx: Context, rows: list[KernelRow]) -> list[dict[str, Any]]:
     ranked = sorted(rows, key=lambda r: -ctx.in_window_ns(r.rows))[:TOP_N]
     return [ctx.kernel_offender(r, {"precision": _precision(r) or None, "tensor_core": r.tensor_core})
@@ -196,7 +192,7 @@ def amp_not_used(ctx: Context) -> Finding | None:
                        + overlap_words),
         evidence={"fp32_kernel_us": us(t32), "tf32_kernel_us": us(ttf), "half_kernel_us": us(thalf),
                   "pct_of_kernel_time": round(share, 2), "pct_of_step": round(pct(t * overlap, ctx.window_ns), 2),
-                  **_overlap_evidence(overlap), **({"memory_floored_kernels": floored} if floored else {}),
+                  **ctx.overlap_evidence(overlap), **({"memory_floored_kernels": floored} if floored else {}),
                   "kernels": len(counted), "amp_in_use": not no_amp, "assumed_speedup_fp32": round(s, 2),
                   "assumed_speedup_tf32": round(s_tf, 2) if ampere else None,
                   "device": ctx.spec.name if ctx.spec else None},
@@ -286,7 +282,7 @@ def tensor_cores_unused(ctx: Context) -> Finding | None:
                        f"cores: time × (1 − 1/{s_no:.1f}), the bf16 tensor-core peak over the packed-half FMA rate "
                        f"(2× fp32; {src})." + overlap_words),
         evidence={"no_tensor_core_us": us(t_no), "unaligned_us": us(t_un), "pct_of_kernel_time": round(share, 2),
-                  "pct_of_step": round(pct((t_no + t_un) * overlap, ctx.window_ns), 2), **_overlap_evidence(overlap),
+                  "pct_of_step": round(pct((t_no + t_un) * overlap, ctx.window_ns), 2), **ctx.overlap_evidence(overlap),
                   **({"aligned_gemm_tflops": round(aligned_rate / 1e12, 1),
                       "unaligned_speedups": {k: round(v, 2) for k, v in sorted(speedups.items())}}
                      if speedups and aligned_rate else {})},
@@ -329,7 +325,7 @@ def fp64_used(ctx: Context) -> Finding | None:
         est_gain_pct=pct(gain, ctx.window_ns),
         how_estimated=(f"fp64 GEMMs: time × (1 − 1/{s_mma:.1f}) ({src}); other fp64 kernels: time × "
                        f"(1 − 1/{FP64_ELEMENTWISE_SPEEDUP:g}) (memory-bound: fp32 halves their bytes)." + overlap_words),
-        evidence={"fp64_kernel_us": us(t), "pct_of_kernel_time": round(share, 2), **_overlap_evidence(overlap),
+        evidence={"fp64_kernel_us": us(t), "pct_of_kernel_time": round(share, 2), **ctx.overlap_evidence(overlap),
                   "pct_of_step": round(pct(t * overlap, ctx.window_ns), 2), "gemm_us": us(sum(ctx.in_window_ns(r.rows)
                                                                                     for r in mma))},
         top=_offenders(ctx, rows),
