@@ -295,16 +295,44 @@ def test_read_pieces_inflates_in_bounded_pieces(tmp_path: Path) -> None:
 
 # --- the vectorised nesting against the stack walk it replaces -----------------------------------------------------
 def _nest_reference(tid: list[int], start: list[int], dur: list[int]) -> tuple[list[int], list[int]]:
-    """The plain per-thread stack walk (rows sorted by start, longer first)."""
-    parent, depth, stacks = [], [], {}
+    """The plain per-thread stack walk (rows sorted by start, longer first); then an op that outlives the op it
+    started in by more than the tolerance climbs to the first ancestor that holds its end (it crosses the others)."""
+    from dnnprof.ingest.nesting import CROSSING_TOLERANCE_NS as tol
+
+    parent, stacks = [], {}
     for i, (th, s) in enumerate(zip(tid, start, strict=True)):
         stack = stacks.setdefault(th, [])
         while stack and start[stack[-1]] + dur[stack[-1]] <= s:
             stack.pop()
         parent.append(stack[-1] if stack else -1)
-        depth.append(len(stack))
         stack.append(i)
+    end = [s + d for s, d in zip(start, dur, strict=True)]
+    for i in range(len(parent)):
+        while parent[i] >= 0 and end[i] > end[parent[i]] + tol:
+            parent[i] = parent[parent[i]]
+    depth = []
+    for i in range(len(parent)):
+        depth.append(0 if parent[i] < 0 else depth[parent[i]] + 1)
     return parent, depth
+
+
+def test_a_step_marker_opened_inside_an_optimizer_range_is_not_its_child() -> None:
+    """An optimizer step post-hook opens ``ProfilerStep#N+1`` inside ``Optimizer.step#`` (``dnnprof run`` does):
+    the marker crosses the optimizer range, and the next step's forward must not sit under the optimizer."""
+    from dnnprof.ingest.nesting import nest
+    from dnnprof.model.schema import empty_table
+
+    # step 5 [0, 85) closed by the hook at 85, inside its optimizer [80, 90); step 6 opened there, to 185; the hook's
+    # own tail op [86, 88); step 6's forward op [95, 120) with a child [96, 110). Neither the optimizer range nor
+    # the next marker nests in what it outlives.
+    rows = [(0, 85_000), (80_000, 10_000), (85_000, 100_000), (86_000, 2_000), (95_000, 25_000), (96_000, 14_000)]
+    t = empty_table("ops", len(rows))
+    t["tid"][:] = 1
+    t["start_ns"][:] = [r[0] for r in rows]
+    t["dur_ns"][:] = [r[1] for r in rows]
+    nest(t)
+    assert t["parent_row"].tolist() == [-1, -1, -1, 2, 2, 4]
+    assert t["depth"].tolist() == [0, 0, 0, 1, 1, 2]
 
 
 @pytest.mark.parametrize("rounds", [8, 0])  # 0: every thread takes the stack-walk fallback

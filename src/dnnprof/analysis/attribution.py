@@ -8,9 +8,16 @@ Backward kernels run on the autograd thread, outside any module range: they foll
 autograd node back to the forward op and take that op's layer, so ``AddmmBackward0``'s GEMMs land on the
 ``Linear`` that ran the forward ``addmm``.
 
-Phases: ``optimizer`` (under ``Optimizer.step#``/``Optimizer.zero_grad#``), ``backward`` (under an autograd
-engine evaluate_function, an op named ``…Backward…``, or linked by ``fwdbwd``), ``forward`` (other ops in a step),
-``other`` (no launching op, data loading, input transfers at the top of the step).
+Phases: ``optimizer`` (under ``Optimizer.step#``/``Optimizer.zero_grad#``, and the optimizer-side ops outside
+any module: ``aten::_foreach_*``/``aten::_fused_*`` (gradient clipping, hand-written multi-tensor updates) and
+GradScaler's ``aten::_amp_*``), ``backward`` (under an autograd engine evaluate_function, an op named
+``…Backward…``, or linked by ``fwdbwd``), ``forward`` (other ops in a step), ``other`` (no launching op, data
+loading, input transfers at the top of the step).
+
+A step marker is a root: nothing inside ``ProfilerStep#N`` inherits a phase or a layer from a range around it.
+An optimizer range that runs a closure (Lightning's automatic optimization, LBFGS: ``optimizer.step(closure)``
+runs forward and backward inside ``Optimizer.step#``) is the optimizer only after the last backward op that began
+inside it has ended; the forward and backward it ran before keep their own phases.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ MODULE_RANGE_PREFIX = "dnnprof.module:"
 _TORCH_MODULE_PREFIX = "nn.Module: "
 _STEP_PREFIXES = ("ProfilerStep#",)
 _OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#", "dnnprof.optimizer")
+#: Multi-tensor and AMP-scaler ops that, outside any module, belong to the optimizer side of a step.
+_OPTIMIZER_SIDE_OPS = ("aten::_foreach_", "aten::_fused_", "aten::_amp_")
 _BACKWARD_MARKERS = ("autograd::engine::evaluate_function", "Backward0", "Backward1", "backward")
 _DATALOADER_PREFIXES = ("enumerate(DataLoader)#", "DataLoader", "dnnprof.dataloader")
 _INPUT_COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory", "aten::_pin_memory"})
@@ -88,8 +97,14 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
         own_module[hier] = ops["module_id"][hier]
 
     step_marker = is_annot & _flag(profile, names, lambda s: s.startswith(_STEP_PREFIXES))
-    # Python frames (with_stack) are call sites, not layers: look through them for the op-level layer.
-    transparent = step_marker | dn | tm | is_py
+    # Phases, layers and source lines are inherited within a step, never across its marker.
+    parent = np.where(step_marker, -1, parent)
+    optimizer_own = _flag(profile, names, lambda s: s.startswith(_OPTIMIZER_PREFIXES))
+    backward_own = _flag(profile, names, lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0)
+    optimizer, closure = _optimizer_after_closure(ops, parent, optimizer_own, backward_own)
+    # Python frames (with_stack) are call sites, not layers: look through them for the op-level layer. So is an
+    # optimizer range that ran a closure: its forward's ops are the layers, not ``Optimizer.step#``.
+    transparent = step_marker | dn | tm | is_py | closure
     # Outermost op below the step marker (the op-level "layer").
     anchor = np.where((parent < 0) | transparent[np.clip(parent, 0, None)], rows, -1)
     anchor[transparent] = -1
@@ -99,8 +114,6 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     def inherited_flag(own: np.ndarray) -> np.ndarray:
         return inherit(np.where(own, 1, -1), parent) > 0
 
-    optimizer = inherited_flag(_flag(profile, names, lambda s: s.startswith(_OPTIMIZER_PREFIXES)))
-    backward_own = _flag(profile, names, lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0)
     backward = inherited_flag(backward_own)
     dataloader = inherited_flag(_flag(profile, names, lambda s: s.startswith(_DATALOADER_PREFIXES)))
     # The fwdbwd flow ends on the autograd node op (``AddmmBackward0``); work the engine runs beside the node
@@ -115,6 +128,10 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     fwd_own[par[lift]] = fwd_own[linked_rows[lift]]
     fwd_link = inherit(fwd_own, parent)
     module = inherit(own_module, parent)
+    # Top-level multi-tensor ops outside modules: gradient clipping, GradScaler's unscale and update.
+    side = (module < 0) & ~backward & (top_op == rows) & _flag(profile, names,
+                                                               lambda s: s.startswith(_OPTIMIZER_SIDE_OPS))
+    optimizer |= inherited_flag(side)
     # Backward ops take the module (and op-level layer) of the forward op their autograd node came from.
     linked = (module < 0) & (fwd_link >= 0)
     module[linked] = module[fwd_link[linked]]
@@ -137,6 +154,36 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     top_input_copy[ok] = input_copy[top_op[ok]]
     return {"names": names, "module": module, "top_op": top_op, "optimizer": optimizer, "backward": backward,
             "dataloader": dataloader, "input_copy": top_input_copy, "source": source}
+
+
+def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own: np.ndarray,
+                             backward_own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ops in an optimizer range, from the end of the last backward op that began inside that range on; and the
+    optimizer ranges that ran such a closure.
+
+    Without a closure nothing backward begins inside the range and the first is every op under it.
+    """
+    rows = np.arange(own.size, dtype=np.int64)
+    root = inherit(np.where(own, rows, -1), parent)  # nearest optimizer range around (or at) each op
+    inside = root >= 0
+    closure = np.zeros(own.size, dtype=bool)
+    if not inside.any():
+        return inside, closure
+    start, end = ops["start_ns"], ops["start_ns"] + ops["dur_ns"]
+    rank = ops["rank"] if "rank" in ops else np.zeros(own.size, dtype=np.int64)
+    bwd = np.flatnonzero(backward_own)
+    idx = np.flatnonzero(inside)
+    roots, which = np.unique(root[idx], return_inverse=True)
+    cuts = start[roots].astype(np.int64)
+    if bwd.size:
+        for k, r in enumerate(roots.tolist()):  # one per optimizer call in the trace
+            hit = bwd[(start[bwd] >= start[r]) & (start[bwd] < end[r]) & (rank[bwd] == rank[r])]
+            if hit.size:
+                cuts[k] = max(cuts[k], int(end[hit].max()))
+    cut_of = np.zeros(own.size, dtype=np.int64)
+    cut_of[idx] = cuts[which]
+    closure[roots[cuts > start[roots]]] = True
+    return inside & (start >= cut_of), closure
 
 
 _FRAME = re.compile(r"^(?P<path>.+?\.py)\((?P<line>\d+)\): (?P<func>.+)$")

@@ -4,6 +4,13 @@ Both follow a stack walked per thread over ops sorted by (start, -duration): pop
 before the next op's start; the top left is its parent. :func:`nest` gets the same answer with arrays (a Python
 loop over 100k ops costs tens of milliseconds) and walks the stack only for threads whose ranges overlap
 without nesting.
+
+A range that starts inside an op but ends more than :data:`CROSSING_TOLERANCE_NS` after it is not that op's child:
+it crosses it. Its parent is the nearest op further up that holds its end too. The case that matters: a step
+marker opened inside another range and closed inside the next one (``ProfilerStep#N+1`` opened by an optimizer
+step post-hook, which runs inside ``Optimizer.step#…``): nested under the optimizer, the whole next step's forward
+would inherit the optimizer phase. Other traces show the same with ops whose clocks disagree (``aten::mm`` starting
+before ``aten::t`` ended, on its own).
 """
 
 from __future__ import annotations
@@ -11,6 +18,9 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+
+#: How far a child may outlive the op it starts in and still be its child (timestamp rounding, clock jitter).
+CROSSING_TOLERANCE_NS = 1_000
 
 
 def nest(t: dict[str, np.ndarray]) -> None:
@@ -28,10 +38,38 @@ def nest(t: dict[str, np.ndarray]) -> None:
     parent = np.full(n, -1, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int64)
     for a, b in itertools.pairwise(breaks):
-        parent[a:b], depth[a:b] = _nest_thread(starts[a:b], ends[a:b])
+        parent[a:b], depth[a:b] = _uncross(*_nest_thread(starts[a:b], ends[a:b]), ends[a:b])
     parent = np.where(parent >= 0, order[np.maximum(parent + np.repeat(breaks[:-1], np.diff(breaks)), 0)], -1)
     t["parent_row"][order] = parent
     t["depth"][order] = depth
+
+
+def _uncross(parent: np.ndarray, depth: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Re-parent every op that outlives its parent by more than the tolerance onto the nearest ancestor that holds
+    its end (-1 when none); depths follow. Parents come before children, so ancestors are settled first."""
+    crossing = np.flatnonzero((parent >= 0) & (e > e[np.maximum(parent, 0)] + CROSSING_TOLERANCE_NS))
+    if crossing.size == 0:
+        return parent, depth
+    parent = parent.copy()
+    for k in crossing.tolist():  # few: a handful of step markers, or ops with clocks out of step
+        p = int(parent[k])
+        while p >= 0 and e[k] > e[p] + CROSSING_TOLERANCE_NS:
+            p = int(parent[p])
+        parent[k] = p
+    return parent, _depths(parent)
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    """Number of ancestors of every op, by pointer jumping (O(n log depth))."""
+    hops = (parent >= 0).astype(np.int64)
+    up = parent.astype(np.int64)
+    while True:
+        live = np.flatnonzero(up >= 0)
+        if live.size == 0:
+            return hops
+        nxt = up[live]
+        hops[live] = hops[live] + hops[nxt]  # a root adds 0; an op whose pointer already reached the top, its depth
+        up[live] = up[nxt]
 
 
 def _nest_thread(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
