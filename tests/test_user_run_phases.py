@@ -90,5 +90,10 @@ def test_no_optimizer_finding_contradicts_the_script(run: tuple) -> None:
         assert "optimizer-not-fused" not in ids
     for f in doc["findings"]:
         if f["id"] == "optimizer-not-fused":  # the foreach AdamW: its offenders are optimizer kernels
-            text = repr(f["evidence"])
+            text = repr(f["evidence"]) + repr(f.get("top"))
             assert "nvjet" not in text and "gemm" not in text.lower(), f["evidence"]
+            # Its GPU span holds no forward or backward kernel: with a GradScaler the scale update opens each
+            # step and the unscale comes after backward; first-to-last would span the whole step.
+            ph, n = doc["phases"], doc["steps"]["count"]
+            model_us = (ph["forward_us"] + ph["backward_us"]) / n
+            assert f["evidence"]["gpu_span_us_per_step"] < doc["gpu"]["window_us"] / n - model_us, f["evidence"]

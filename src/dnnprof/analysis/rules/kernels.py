@@ -264,8 +264,9 @@ def optimizer_not_fused(ctx: Context) -> Finding | None:
 
     Pattern: kernels under ``Optimizer.step#…`` that are per-parameter elementwise launches (``foreach=False``,
     custom loops) or foreach ``multi_tensor_apply`` kernels, with no fused optimizer kernel.
-    Algorithm: per step, the optimizer's GPU span (first to last optimizer kernel) minus its kernel time divided
-    by ``OPT_FUSED_SPEEDUP`` is the expected saving; fires for per-parameter optimizers with ≥
+    Algorithm: the optimizer's GPU span (first to last kernel of each unbroken run of optimizer kernels, so the
+    forward and backward between GradScaler's unscale and its next scale update stay out) minus its kernel time
+    divided by ``OPT_FUSED_SPEEDUP`` is the expected saving; fires for per-parameter optimizers with ≥
     ``OPT_MIN_KERNELS_PER_STEP`` kernels and ≥ ``OPT_MIN_GAIN_PCT`` gain, for foreach ones at ≥
     ``OPT_FOREACH_MIN_GAIN_PCT``.
     Fix: ``torch.optim.AdamW(params, fused=True)`` (also Adam, SGD, Adagrad); at least ``foreach=True``.
@@ -286,11 +287,7 @@ def optimizer_not_fused(ctx: Context) -> Finding | None:
     multi = np.char.find(names, "multi_tensor_apply") >= 0
     per_param = multi.mean() < 0.5
     per_step = opt.size / ctx.n_windows
-    span = 0
-    steps = k["step"][opt] if ctx.has_steps else np.zeros(opt.size, dtype=np.int32)
-    for s in np.unique(steps).tolist():
-        m = steps == s
-        span += int((k["start_ns"][opt][m] + d[m]).max() - k["start_ns"][opt][m].min())
+    span = _optimizer_span_ns(ctx, att.phase)
     kt = int(d.sum())
     gain = max(0.0, span - kt / OPT_FUSED_SPEEDUP)
     if per_param and (per_step < OPT_MIN_KERNELS_PER_STEP or pct(gain, ctx.window_ns) < OPT_MIN_GAIN_PCT):
@@ -309,7 +306,8 @@ def optimizer_not_fused(ctx: Context) -> Finding | None:
                         "fused=True) (Adam, AdamW, SGD, Adagrad support it on CUDA)"
                         + ("; at least foreach=True." if per_param else ".")),
         est_gain_pct=pct(gain, ctx.window_ns),
-        how_estimated=(f"Optimizer GPU span per step (first to last optimizer kernel, launch gaps included) minus its "
+        how_estimated=(f"Optimizer GPU span per step (first to last kernel of each unbroken run of optimizer kernels, "
+                       f"launch gaps included) minus its "
                        f"kernel time / {OPT_FUSED_SPEEDUP:g}: a fused step is one pass that reads each state tensor "
                        "once instead of several elementwise passes."),
         evidence={"optimizer": opt_name, "mode": "per_parameter" if per_param else "foreach",
@@ -317,6 +315,27 @@ def optimizer_not_fused(ctx: Context) -> Finding | None:
                   "gpu_span_us_per_step": us(span / ctx.n_windows), "pct_of_step": round(pct(span, ctx.window_ns), 2)},
         top=[ctx.kernel_offender(r) for r in sorted(rows, key=lambda r: -r.total_ns)[:TOP_N]],
     )
+
+
+def _optimizer_span_ns(ctx: Context, phase: np.ndarray) -> int:
+    """GPU time from first to last kernel of each unbroken run of optimizer kernels (in start order on the rank's
+    GPU, inside steps), added up: launch gaps inside an optimizer call count, the forward and backward work between
+    two optimizer-side calls (GradScaler's unscale before the step, its scale update at the top of the next) do not.
+    """
+    k = ctx.profile.tables["kernels"]
+    sel = np.flatnonzero((k["rank"] == ctx.rank) & ((k["step"] >= 0) if ctx.has_steps else True))
+    if sel.size == 0:
+        return 0
+    sel = sel[np.argsort(k["start_ns"][sel], kind="stable")]
+    is_opt = phase[sel] == PHASES.index("optimizer")
+    if not is_opt.any():
+        return 0
+    steps = k["step"][sel]
+    new_run = is_opt & ~np.concatenate(([False], is_opt[:-1] & (steps[1:] == steps[:-1])))
+    run = np.cumsum(new_run)[is_opt]
+    start, end = k["start_ns"][sel][is_opt], (k["start_ns"] + k["dur_ns"])[sel][is_opt]
+    first = np.flatnonzero(np.concatenate(([True], run[1:] != run[:-1])))
+    return int((np.maximum.reduceat(end, first) - np.minimum.reduceat(start, first)).sum())
 
 
 def _optimizer_name(ctx: Context) -> str:
