@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from dnnprof.analysis.attribution import PHASES, Attribution, attribute
+from dnnprof.analysis.checks import profile_checks
 from dnnprof.analysis.host_ops import host_ops
 from dnnprof.analysis.kernel_summary import KernelRow, group_by, kernel_summary
 from dnnprof.analysis.occupancy import kernel_occupancy
@@ -146,6 +147,7 @@ def summary_of(a: Analysis) -> dict[str, Any]:
     ranks = rank_overview(p)
     if ranks is not None:
         doc["ranks"] = ranks
+    doc["checks"] = [c.to_dict() for c in profile_checks(a, doc)]
     return doc
 
 

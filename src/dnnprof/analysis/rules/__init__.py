@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dnnprof.analysis.checks import review_findings
 from dnnprof.analysis.rules import distributed, idle, kernels, memory_steps, precision, sync  # noqa: F401
 from dnnprof.analysis.rules.base import REGISTRY, Finding, rank_key, severity_for
 from dnnprof.analysis.rules.context import Context
@@ -30,8 +31,12 @@ def findings_for(profile: Profile, doc: dict[str, Any], rank: int = 0) -> list[d
 
 
 def findings_from_analysis(analysis: Analysis, doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Like :func:`findings_for`, from an :class:`Analysis` the caller already has."""
-    return [f.to_dict() for f in run_rules(Context(analysis, doc))]
+    """Like :func:`findings_for`, from an :class:`Analysis` the caller already has.
+
+    Also adds the ``finding-offenders`` check to ``doc["checks"]``; findings resting on a broken check carry
+    ``unreliable`` (why) and come last (``analysis.checks.review_findings``).
+    """
+    return review_findings(doc, [f.to_dict() for f in run_rules(Context(analysis, doc))])
 
 
 def run_rules(ctx: Context, only: set[str] | None = None) -> list[Finding]:
