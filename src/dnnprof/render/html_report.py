@@ -11,7 +11,7 @@ from html import escape
 from typing import Any
 
 from dnnprof.render.roofline_svg import PRECISION_LABELS, roofline_svg
-from dnnprof.render.terminal import straggler_text
+from dnnprof.render.terminal import straggler_text, unreliable
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2433;max-width:1400px}
@@ -25,7 +25,7 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums} code{font-size:12p
 .f{border:1px solid #d8dee9;border-left:6px solid #88c0d0;border-radius:6px;padding:10px 14px;margin:10px 0}
 .f.high{border-left-color:#bf616a} .f.medium{border-left-color:#d08770} .f.low{border-left-color:#a3be8c}
 .f h3{margin:0 0 6px;font-size:15px} .fix{color:#2e6b3a} .how{color:#5c6578;font-size:12px}
-.chart{margin:8px 0;overflow-x:auto} .chart svg{max-width:100%;height:auto}
+.bad{color:#bf616a} .chart{margin:8px 0;overflow-x:auto} .chart svg{max-width:100%;height:auto}
 """
 
 
@@ -55,7 +55,8 @@ def _bar(pct: float | None) -> str:
 
 def _cards(doc: dict[str, Any]) -> str:
     gpu, steps = doc["gpu"], doc["steps"]
-    items = [("GPU busy", _pct(gpu.get("busy_pct"))), ("steps", str(steps["count"])),
+    busy = _pct(gpu.get("busy_pct")) + (" (unreliable)" if unreliable(doc, "gpu.busy_pct") else "")
+    items = [("GPU busy", busy), ("steps", str(steps["count"])),
              ("median step", _us(steps.get("median_us"))), ("step CV", _pct(steps.get("cv_pct"))),
              ("tensor cores", _pct(gpu.get("tensor_core_pct"))), ("GPU idle", _us(gpu.get("idle_us")))]
     if gpu.get("collectives_only_us"):
@@ -82,9 +83,20 @@ def _findings(doc: dict[str, Any]) -> str:
             f'<div class="f {escape(f["severity"])}"><h3>{escape(f["title"])} <code>{escape(f["id"])}</code>'
             f'<span class="meta"> · {escape(f["severity"])}{escape(gain)}</span></h3>'
             f'<div>{escape(str(ev.get("summary", "")) if isinstance(ev, dict) else "")}</div>{offenders}'
-            f'<div class="fix">→ {escape(f["recommendation"])}</div>'
-            f'<div class="how">{escape(f.get("how_estimated", ""))}</div></div>')
+            + (f'<div class="bad">withheld, not a recommendation: {escape(f["unreliable"])}</div>'
+               if f.get("unreliable") else f'<div class="fix">→ {escape(f["recommendation"])}</div>')
+            + f'<div class="how">{escape(f.get("how_estimated", ""))}</div></div>')
     return "".join(out) or "<p>No findings.</p>"
+
+
+def _checks(doc: dict[str, Any]) -> str:
+    """The broken self-checks, one line each ("" when all hold)."""
+    broken = [c for c in doc.get("checks") or [] if not c.get("ok")]
+    if not broken:
+        return ""
+    return ("<h2>Checks broken</h2><p class=\"meta\">Numbers resting on them are marked unreliable.</p><ul>"
+            + "".join(f'<li class="bad"><code>{escape(c["id"])}</code>: {escape(c["detail"])}</li>' for c in broken)
+            + "</ul>")
 
 
 def render_html(doc: dict[str, Any], top: int = 30) -> str:
@@ -97,7 +109,8 @@ def render_html(doc: dict[str, Any], top: int = 30) -> str:
              f'<div class="meta">{escape(doc["source"].get("path", ""))} ({escape(doc["source"].get("format", ""))})'
              f" · compute capability {escape(dev.get('compute_capability') or '–')} · steps from "
              f"{escape(doc['steps'].get('source') or 'none')}</div>",
-             *(f'<div class="meta">note: {escape(n)}</div>' for n in doc["source"].get("notes") or []), _cards(doc)]
+             *(f'<div class="meta">note: {escape(n)}</div>' for n in doc["source"].get("notes") or []), _cards(doc),
+             _checks(doc)]
     if gpu.get("has_activity", True) and doc["kernels"]:
         idle = gpu.get("idle_breakdown_us") or {}
         parts.append("<h2>GPU time</h2>" + _table(
@@ -123,7 +136,8 @@ def render_html(doc: dict[str, Any], top: int = 30) -> str:
             [_row([(_bar(r["pct"]), True), (_us(r["total_us"]), True), (f"{r['kernel_calls']:,}", True),
                    (escape(r["name"]), False)]) for r in doc["layers"][:top]]))
         ph = doc["phases"]
-        parts.append("<h2>Phases</h2>" + _table([("phase", False), ("kernel time", True)],
+        bad = unreliable(doc, "phases")
+        parts.append(f"<h2>Phases{escape(' — ' + bad if bad else '')}</h2>" + _table([("phase", False), ("kernel time", True)],
                                                 [_row([(p, False), (_us(ph[f"{p}_us"]), True)])
                                                  for p in ("forward", "backward", "optimizer", "other")]))
     if doc.get("ranks"):

@@ -49,6 +49,7 @@ def _header(doc: dict[str, Any]) -> Panel:
         lines.append(f"note: {note}\n", style="yellow")
     if steps["count"]:
         cv = f", CV {steps['cv_pct']:.1f}%" if steps.get("cv_pct") is not None else ""
+        cv += f" ({unreliable(doc, 'steps.median_us')})" if unreliable(doc, "steps.median_us") else ""
         lines.append(f"steps: {steps['count']} ({steps.get('source', '')}), mean {us_text(steps['mean_us'])}, "
                      f"median {us_text(steps.get('median_us'))}{cv}\n")
     else:
@@ -57,6 +58,8 @@ def _header(doc: dict[str, Any]) -> Panel:
         lines.append("no GPU activity in this trace (CPU-only profile)", style="yellow")
         return Panel(lines, title="dnnprof", expand=False)
     lines.append(f"GPU busy {pct_text(gpu['busy_pct'])}", style="bold")
+    if unreliable(doc, "gpu.busy_pct"):
+        lines.append(f" ({unreliable(doc, 'gpu.busy_pct')})", style="bold red")
     lines.append(f" of {us_text(gpu['window_us'])}: kernels {us_text(gpu['kernel_us'])}, memcpy {us_text(gpu['memcpy_us'])}, "
                  f"memset {us_text(gpu['memset_us'])}, idle {us_text(gpu['idle_us'])}\n")
     idle = gpu.get("idle_breakdown_us") or {}
@@ -124,7 +127,8 @@ def _groups(title: str, rows: list[dict[str, Any]], key: str, top: int, calls_ke
 def _phases(doc: dict[str, Any]) -> Table:
     ph = doc["phases"]
     total = sum(ph.values()) or 1.0
-    t = Table(title="Phases (kernel time)", title_justify="left", expand=False)
+    bad = unreliable(doc, "phases")
+    t = Table(title="Phases (kernel time)" + (f" — {bad}" if bad else ""), title_justify="left", expand=False)
     for name in ("forward", "backward", "optimizer", "other"):
         t.add_column(name, justify="right")
     t.add_row(*(f"{us_text(ph[f'{n}_us'])} ({100 * ph[f'{n}_us'] / total:.0f}%)"
@@ -164,7 +168,10 @@ def _findings(doc: dict[str, Any]) -> Table:
         top = ev.get("top") if isinstance(ev, dict) else None
         if top and isinstance(top[0], dict):
             body.append("\nworst: " + _offender(top[0]), style="dim")
-        body.append(f"\n→ {f['recommendation']}", style="green")
+        if f.get("unreliable"):  # rests on a broken self-check: no recommendation
+            body.append(f"\nwithheld, not a recommendation: {f['unreliable']}", style="red")
+        else:
+            body.append(f"\n→ {f['recommendation']}", style="green")
         if f.get("how_estimated"):
             body.append(f"\ngain estimate: {f['how_estimated']}", style="dim")
         gain = f.get("est_gain_pct")
@@ -201,6 +208,24 @@ def _ranks(r: dict[str, Any]) -> Table:
     return t
 
 
+def unreliable(doc: dict[str, Any], key: str) -> str:
+    """"unreliable: check step-windows" when a broken self-check says ``key`` (``gpu.busy_pct``, ``phases``,
+    ``finding:gpu-idle``) rests on it, else ""."""
+    broken = [c["id"] for c in doc.get("checks") or [] if not c.get("ok") and key in (c.get("affects") or [])]
+    return f"unreliable: check {', '.join(broken)}" if broken else ""
+
+
+def _checks(doc: dict[str, Any]) -> Text | None:
+    """One line per broken self-check (nothing when all hold)."""
+    broken = [c for c in doc.get("checks") or [] if not c.get("ok")]
+    if not broken:
+        return None
+    out = Text("Checks broken (numbers resting on them are marked unreliable)\n", style="bold red")
+    for c in broken:
+        out.append(f"✗ {c['id']}: {c['detail']}\n", style="red")
+    return out
+
+
 def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -> None:
     """Print the report of a summary document."""
     if console is None:
@@ -208,6 +233,9 @@ def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -
         if not console.is_terminal:  # pipes and CI logs: no 80-column squeeze
             console.width = max(console.width, 180)
     parts: list[Any] = [_header(doc)]
+    checks = _checks(doc)
+    if checks is not None:
+        parts.append(checks)
     if not doc["kernels"] and doc.get("host_ops"):
         parts.append(_host_ops(doc, top))
     if doc["kernels"]:
