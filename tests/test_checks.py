@@ -1,0 +1,206 @@
+"""Self-checks (analysis/checks.py): they hold on real good profiles and break on real data made inconsistent."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from dnnprof.analysis.checks import (
+    attribution_coverage,
+    phases_sum,
+    profile_checks,
+)
+from dnnprof.analysis.rules import findings_from_analysis
+from dnnprof.analysis.steps import with_steps
+from dnnprof.analysis.summary import Analysis, analyse, summary_of
+from dnnprof.cli.sources import open_source
+from dnnprof.ingest.kineto import read_kineto
+from dnnprof.model.profile import Profile
+from dnnprof.render.html_report import render_html
+from dnnprof.render.terminal import render
+
+DATA = Path(__file__).parent / "data"
+SCHEMA = Path(__file__).parents[1] / "src" / "dnnprof" / "render" / "schemas" / "summary-1.schema.json"
+IDS = ["profile-invariants", "step-durations", "step-windows", "kernel-totals", "phases-sum", "forward-present",
+       "attribution-coverage", "busy-vs-nvml", "finding-offenders"]
+GOOD = [DATA / "gpt2_bf16_train_h200" / "trace.json.gz", DATA / "deepspeech_train_h200" / "trace.json.gz",
+        DATA / "run_gpt2_infer_h100", *sorted((DATA / "h100_recorded").glob("*.json.gz")),
+        *sorted((DATA / "h200_recorded").glob("*.json.gz"))]
+
+
+def _doc(a: Analysis) -> dict[str, Any]:
+    doc = summary_of(a)
+    doc["findings"] = findings_from_analysis(a, doc)
+    return doc
+
+
+def _checks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in doc["checks"]}
+
+
+def _text(doc: dict[str, Any]) -> str:
+    console = Console(record=True, width=220, color_system=None)
+    render(doc, console=console, top=3)
+    return console.export_text()
+
+
+@pytest.mark.parametrize("path", GOOD, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_check_holds_on_real_good_profiles(path: Path) -> None:
+    doc = _doc(analyse(open_source(path)))
+    assert [c["id"] for c in doc["checks"]] == IDS
+    assert [c for c in doc["checks"] if not c["ok"]] == []
+    assert all(c["detail"] for c in doc["checks"])
+    assert not any("unreliable" in f for f in doc["findings"])
+    assert "Checks broken" not in _text(doc)
+
+
+def test_checks_fit_the_summary_schema() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    doc = _doc(analyse(read_kineto(DATA / "h100_recorded" / "cnn_train_fp32.json.gz")))
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+
+
+def _stepped(path: Path) -> Profile:
+    p = read_kineto(path)
+    return with_steps(p)
+
+
+def test_overlapping_step_windows_break_step_windows_and_mark_busy() -> None:
+    p = _stepped(DATA / "h100_recorded" / "cnn_train_fp32.json.gz")
+    st = p.tables["steps"]
+    assert st["number"].size >= 2
+    st["gpu_end_ns"][0] = st["gpu_start_ns"][1] + 3_000_000  # step 0's window runs 3 ms into step 1's
+    doc = _doc(analyse(p))
+    c = _checks(doc)
+    assert not c["step-windows"]["ok"]
+    assert "1 overlap the next" in c["step-windows"]["detail"]
+    assert "ends 3.00 ms after step" in c["step-windows"]["detail"]
+    assert "gpu.busy_pct" in c["step-windows"]["affects"]
+    assert not c["kernel-totals"]["ok"]  # the overlap counts the same kernels in two windows
+    text = _text(doc)
+    assert "✗ step-windows:" in text and "GPU busy" in text
+    assert "unreliable: check step-windows" in text
+    html = render_html(doc)
+    assert "Checks broken" in html and "(unreliable)" in html
+
+
+def test_window_outside_the_gpu_span_and_empty_window() -> None:
+    p = _stepped(DATA / "h200_recorded" / "transformer_train_bf16.json.gz")
+    st = p.tables["steps"]
+    st["gpu_end_ns"][-1] += 50_000_000
+    st["gpu_end_ns"][0] = st["gpu_start_ns"][0]
+    c = _checks(_doc(analyse(p)))["step-windows"]
+    assert not c["ok"]
+    assert "reach outside the GPU span" in c["detail"] and "1 not positive" in c["detail"]
+
+
+def test_negative_step_duration_breaks_step_durations() -> None:
+    p = _stepped(DATA / "h100_recorded" / "lstm_train_fp32.json.gz")
+    p.tables["steps"]["dur_ns"][1] = -25_000_000
+    c = _checks(_doc(analyse(p)))["step-durations"]
+    assert not c["ok"] and "-25.00 ms" in c["detail"]
+
+
+def _mislabelled(tmp_path: Path) -> Path:
+    """The recorded transformer (dnnprof module ranges) with an optimizer range around each whole step on the main
+    thread, as an optimizer hook that opens too early would record: forward work becomes 'optimizer'."""
+    doc = json.loads(gzip.open(DATA / "h100_recorded" / "transformer_train_modules.json.gz").read())
+    ev = doc["traceEvents"]
+    for s in [e for e in ev if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]:
+        ev.append({**s, "name": "Optimizer.step#AdamW.step", "ts": s["ts"] + 1, "dur": s["dur"] - 2, "args": {}})
+    out = tmp_path / "mislabelled.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_mislabelled_phases_break_forward_present_and_withhold_the_optimizer_finding(tmp_path: Path) -> None:
+    doc = _doc(analyse(read_kineto(_mislabelled(tmp_path))))
+    assert doc["phases"]["forward_us"] == 0 and doc["phases"]["backward_us"] > 0
+    c = _checks(doc)
+    assert not c["forward-present"]["ok"]
+    assert "2 of 2 steps with backward kernels have no forward kernel" in c["forward-present"]["detail"]
+    assert not c["finding-offenders"]["ok"]
+    assert "runs inside the model layer" in c["finding-offenders"]["detail"]
+    opt = next(f for f in doc["findings"] if f["id"] == "optimizer-not-fused")
+    assert opt["est_gain_pct"] > 50  # what the issue saw: a wrong first recommendation
+    assert opt["unreliable"].startswith("optimizer-not-fused is about optimizer kernels")
+    assert doc["findings"][0]["id"] != "optimizer-not-fused"  # withheld findings come last
+    assert all("unreliable" in f for f in doc["findings"][doc["findings"].index(opt):])
+    text = _text(doc)
+    assert "✗ forward-present:" in text and "✗ finding-offenders:" in text
+    assert "withheld, not a recommendation: optimizer-not-fused" in text
+    assert "Phases (kernel time) — unreliable: check" in text
+    assert "withheld, not a recommendation" in render_html(doc)
+
+
+def test_phases_that_do_not_add_up_break_phases_sum() -> None:
+    a = analyse(read_kineto(DATA / "gpt2_bf16_train_h200" / "trace.json.gz"))
+    doc = summary_of(a)
+    assert phases_sum(a, doc).ok
+    doc["phases"]["forward_us"] /= 2  # a phase that lost kernels
+    c = phases_sum(a, doc)
+    assert not c.ok and "but kernel time is 62.41 ms" in c.detail
+
+
+def test_ops_without_layers_break_attribution_coverage() -> None:
+    a = analyse(read_kineto(DATA / "deepspeech_train_h200" / "trace.json.gz"))
+    doc = summary_of(a)
+    assert attribution_coverage(a, doc).ok
+    a.attribution.layer[:] = ""
+    c = attribution_coverage(a, doc)
+    assert not c.ok and c.detail.startswith("0.0% of kernel time reached a layer")
+
+
+def test_unsorted_kernels_break_profile_invariants() -> None:
+    p = read_kineto(DATA / "h100_recorded" / "cnn_infer_bf16.json.gz")
+    k = p.tables["kernels"]
+    assert k["start_ns"][1] > k["start_ns"][0]
+    k["start_ns"][[0, 1]] = k["start_ns"][[1, 0]]
+    c = profile_checks(analyse(p), {})[0]
+    assert c.id == "profile-invariants" and not c.ok and "not ordered by start_ns" in c.detail
+
+
+def _edit_samples(run: Path, metric: str, value: float) -> None:
+    path = run / "samples.json"
+    s = json.loads(path.read_text())
+    mid = s["metrics"].index(metric)
+    s["value"] = [value if m == mid else v for m, v in zip(s["metric"], s["value"], strict=True)]
+    path.write_text(json.dumps(s))
+
+
+def test_busy_vs_nvml_holds_on_the_recorded_run_and_breaks_when_samples_disagree(tmp_path: Path) -> None:
+    good = _checks(_doc(analyse(open_source(DATA / "run_gpt2_infer_h100"))))["busy-vs-nvml"]
+    assert good["ok"] and "trace busy 89.2%, NVML GPU-Util 83.0%" in good["detail"]
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "run_gpt2_infer_h100", run)
+    _edit_samples(run, "gpu_util_pct", 40.0)
+    doc = _doc(analyse(open_source(run)))
+    c = _checks(doc)["busy-vs-nvml"]
+    assert not c["ok"]
+    assert "trace busy 89.2%" in c["detail"] and "NVML GPU-Util 40.0%" in c["detail"]
+    assert "differs by 49.2 points" in c["detail"]
+    assert "GPU busy 89.2% (unreliable: check busy-vs-nvml)" in _text(doc)
+
+
+def test_sm_active_above_busy_breaks_busy_vs_nvml(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "run_gpt2_infer_h100", run)
+    _edit_samples(run, "gpu_util_pct", float("nan"))  # no GPU-Util: GPM's engine active is the reference
+    _edit_samples(run, "sm_active_pct", 100.0)
+    s = json.loads((run / "samples.json").read_text())
+    # Move the GPM samples into the profiled steps (they were taken just after it).
+    p = open_source(DATA / "run_gpt2_infer_h100")
+    st = p.tables["steps"]
+    mid_trace = int((st["gpu_start_ns"].min() + st["gpu_end_ns"].max()) // 2)
+    shift = mid_trace - int(p.tables["samples"]["ts_ns"][p.names(p.tables["samples"]["metric_id"]) == "sm_active_pct"][0])
+    gpm = {s["metrics"].index(m) for m in ("sm_active_pct", "gr_engine_active_pct")}
+    s["ts_ns"] = [t + shift if m in gpm else t for t, m in zip(s["ts_ns"], s["metric"], strict=True)]
+    (run / "samples.json").write_text(json.dumps(s))
+    c = _checks(_doc(analyse(open_source(run))))["busy-vs-nvml"]
+    assert not c["ok"] and "GPM SM active 100.0%" in c["detail"] and "SM active exceeds busy" in c["detail"]
