@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 from pathlib import Path
@@ -107,20 +106,24 @@ def test_negative_step_duration_breaks_step_durations() -> None:
     assert not c["ok"] and "-25.00 ms" in c["detail"]
 
 
-def _mislabelled(tmp_path: Path) -> Path:
-    """The recorded transformer (dnnprof module ranges) with an optimizer range around each whole step on the main
-    thread, as an optimizer hook that opens too early would record: forward work becomes 'optimizer'."""
-    doc = json.loads(gzip.open(DATA / "h100_recorded" / "transformer_train_modules.json.gz").read())
-    ev = doc["traceEvents"]
-    for s in [e for e in ev if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]:
-        ev.append({**s, "name": "Optimizer.step#AdamW.step", "ts": s["ts"] + 1, "dur": s["dur"] - 2, "args": {}})
-    out = tmp_path / "mislabelled.json"
-    out.write_text(json.dumps(doc))
-    return out
+def _mislabelled(monkeypatch: pytest.MonkeyPatch) -> Analysis:
+    """The recorded transformer (dnnprof module ranges) with every forward kernel labelled 'optimizer', as
+    ``dnnprof run`` once labelled ordinary training scripts (its step marker opened inside ``Optimizer.step#``)."""
+    from dnnprof.analysis import summary
+    from dnnprof.analysis.attribution import PHASES, attribute
+
+    def mislabel(profile: Profile, table: str = "kernels") -> Any:
+        att = attribute(profile, table)
+        att.phase[att.phase == PHASES.index("forward")] = PHASES.index("optimizer")
+        return att
+
+    monkeypatch.setattr(summary, "attribute", mislabel)
+    return analyse(read_kineto(DATA / "h100_recorded" / "transformer_train_modules.json.gz"))
 
 
-def test_mislabelled_phases_break_forward_present_and_withhold_the_optimizer_finding(tmp_path: Path) -> None:
-    doc = _doc(analyse(read_kineto(_mislabelled(tmp_path))))
+def test_mislabelled_phases_break_forward_present_and_withhold_the_optimizer_finding(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = _doc(_mislabelled(monkeypatch))
     assert doc["phases"]["forward_us"] == 0 and doc["phases"]["backward_us"] > 0
     c = _checks(doc)
     assert not c["forward-present"]["ok"]
@@ -128,7 +131,7 @@ def test_mislabelled_phases_break_forward_present_and_withhold_the_optimizer_fin
     assert not c["finding-offenders"]["ok"]
     assert "runs inside the model layer" in c["finding-offenders"]["detail"]
     opt = next(f for f in doc["findings"] if f["id"] == "optimizer-not-fused")
-    assert opt["est_gain_pct"] > 50  # what the issue saw: a wrong first recommendation
+    assert opt["est_gain_pct"] > 30  # a large, wrong recommendation (the issue saw 86–98 %)
     assert opt["unreliable"].startswith("optimizer-not-fused is about optimizer kernels")
     assert doc["findings"][0]["id"] != "optimizer-not-fused"  # withheld findings come last
     assert all("unreliable" in f for f in doc["findings"][doc["findings"].index(opt):])
