@@ -199,6 +199,12 @@ def _user_frame(name: str) -> str:
     return f"{m.group('path')}:{m.group('line')} ({m.group('func')})"
 
 
+def op_label(name: str) -> str:
+    """An op's name as a person reads it: dnnprof's own module ranges are shown as the layer they stand for
+    (``dnnprof.module:transformer|GPT2Model`` → ``transformer (GPT2Model)``), every other name as it is."""
+    return _dnnprof_layer(name) if name.startswith(MODULE_RANGE_PREFIX) else name
+
+
 def _dnnprof_layer(s: str) -> str:
     body = s[len(MODULE_RANGE_PREFIX):]
     fqn, _, cls = body.rpartition("|")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from dnnprof.render.evidence import evidence_items, gain_text, offenders
 from dnnprof.render.roofline_svg import PRECISION_LABELS, roofline_svg
 from dnnprof.render.terminal import straggler_text, unreliable
 
@@ -69,23 +70,19 @@ def _findings(doc: dict[str, Any]) -> str:
     out = []
     for f in doc.get("findings", []):
         ev = f.get("evidence") or {}
-        gain = "" if f.get("est_gain_pct") is None else f" — up to {f['est_gain_pct']:.0f}% of step time"
-        top = ev.get("top") if isinstance(ev, dict) else None
-        offenders = ""
-        if top and isinstance(top[0], dict):
-            offenders = "<ul>" + "".join(
-                "<li>" + escape(", ".join(str(x) for x in (o.get("kernel") or o.get("op") or o.get("name"),
-                                                            o.get("layer"), o.get("source"),
-                                                            f"{o['pct_of_step']:.1f}% of step" if isinstance(
-                                                                o.get("pct_of_step"), (int, float)) else None)
-                                  if x)) + "</li>" for o in top[:5]) + "</ul>"
+        gain = "" if f.get("est_gain_pct") is None else f" — {_gain(f['est_gain_pct'])}"
+        lines = offenders(ev)
+        listed = "<ul>" + "".join(f"<li>{escape(x)}</li>" for x in lines) + "</ul>" if lines else ""
+        numbers = evidence_items(ev)
+        numbers_html = f'<div class="how">evidence: {escape(" · ".join(numbers))}</div>' if numbers else ""
+        summary = str(ev.get("summary") or "") if isinstance(ev, dict) else ""
         out.append(
             f'<div class="f {escape(f["severity"])}"><h3>{escape(f["title"])} <code>{escape(f["id"])}</code>'
             f'<span class="meta"> · {escape(f["severity"])}{escape(gain)}</span></h3>'
-            f'<div>{escape(str(ev.get("summary", "")) if isinstance(ev, dict) else "")}</div>{offenders}'
+            + (f"<div>{escape(summary)}</div>" if summary else "") + listed + numbers_html
             + (f'<div class="bad">withheld, not a recommendation: {escape(f["unreliable"])}</div>'
                if f.get("unreliable") else f'<div class="fix">→ {escape(f["recommendation"])}</div>')
-            + f'<div class="how">{escape(f.get("how_estimated", ""))}</div></div>')
+            + (f'<div class="how">{escape(f["how_estimated"])}</div>' if f.get("how_estimated") else "") + "</div>")
     return "".join(out) or "<p>No findings.</p>"
 
 
@@ -97,6 +94,12 @@ def _checks(doc: dict[str, Any]) -> str:
     return ("<h2>Checks broken</h2><p class=\"meta\">Numbers resting on them are marked unreliable.</p><ul>"
             + "".join(f'<li class="bad"><code>{escape(c["id"])}</code>: {escape(c["detail"])}</li>' for c in broken)
             + "</ul>")
+
+
+def _gain(g: float) -> str:
+    """``up to 12% of step time``, or "no measurable gain"."""
+    text = gain_text(g)
+    return f"up to {text.lstrip('≤')} of step time" if text.startswith("≤") else text
 
 
 def render_html(doc: dict[str, Any], top: int = 30) -> str:

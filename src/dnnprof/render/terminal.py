@@ -9,29 +9,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from dnnprof.render.evidence import gain_text, offenders
+from dnnprof.render.units import bytes_text, pct_text, us_text
+
+__all__ = ["bytes_text", "pct_text", "render", "straggler_text", "us_text"]
+
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
-
-
-def us_text(us: float | None) -> str:
-    if us is None:
-        return "-"
-    if us >= 1000:
-        return f"{us / 1000:,.2f} ms"
-    return f"{us:,.1f} µs"
-
-
-def pct_text(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}%"
-
-
-def bytes_text(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _header(doc: dict[str, Any]) -> Panel:
@@ -165,9 +148,9 @@ def _findings(doc: dict[str, Any]) -> Table:
         ev = f.get("evidence") or {}
         if isinstance(ev, dict) and ev.get("summary"):
             body.append(f"\n{ev['summary']}")
-        top = ev.get("top") if isinstance(ev, dict) else None
-        if top and isinstance(top[0], dict):
-            body.append("\nworst: " + _offender(top[0]), style="dim")
+        worst = offenders(ev, 1)
+        if worst:
+            body.append("\nworst: " + worst[0], style="dim")
         if f.get("unreliable"):  # rests on a broken self-check: no recommendation
             body.append(f"\nwithheld, not a recommendation: {f['unreliable']}", style="red")
         else:
@@ -175,17 +158,11 @@ def _findings(doc: dict[str, Any]) -> Table:
         if f.get("how_estimated"):
             body.append(f"\ngain estimate: {f['how_estimated']}", style="dim")
         gain = f.get("est_gain_pct")
-        t.add_row(Text(f["severity"], style=_SEVERITY_STYLE.get(f["severity"], "")),
-                  "-" if gain is None else f"≤{gain:.0f}%", body)
+        if gain is not None and gain <= 0:
+            body.append(f"\n{gain_text(gain)} in this profile", style="dim")
+        t.add_row(Text(f["severity"], style=_SEVERITY_STYLE.get(f["severity"], "")), gain_text(gain, short=True),
+                  body)
     return t
-
-
-def _offender(o: dict[str, Any]) -> str:
-    """One line naming the worst offender of a finding: what, where, how much."""
-    what = o.get("kernel") or o.get("op") or o.get("name") or ""
-    where = [x for x in (o.get("layer"), o.get("source")) if x]
-    cost = f"{o['pct_of_step']:.1f}% of the step" if isinstance(o.get("pct_of_step"), (int, float)) else ""
-    return ", ".join(x for x in (what, " at ".join(where), cost) if x)
 
 
 def straggler_text(r: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnprof.analysis.attribution import op_label
 from dnnprof.analysis.intervals import merge
 from dnnprof.analysis.kernel_summary import KernelRow
 from dnnprof.analysis.summary import Analysis
@@ -189,7 +190,8 @@ class Context:
         return self.profile.names(self.profile.tables["ops"]["name_id"]).astype(object)
 
     def op_name(self, row: int) -> str:
-        return str(self.op_names[row]) if row >= 0 else ""
+        """The name of op ``row`` as evidence shows it (dnnprof's module ranges as their layer); "" for -1."""
+        return op_label(str(self.op_names[row])) if row >= 0 else ""
 
     def plumbing_top(self, row: int) -> int:
         """The outermost op of the chain of data-movement ops (``aten::to`` → ``aten::copy_``) containing ``row``."""

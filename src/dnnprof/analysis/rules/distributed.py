@@ -44,7 +44,7 @@ def communication_exposed(ctx: Context) -> Finding | None:
         id="communication-exposed",
         title=f"Communication exposed: {share:.0f}% of the step waits on collectives",
         summary=(f"collective kernels run {nccl_us / 1000:.2f} ms per step, {exposed_us / 1000:.2f} ms of it with no "
-                 f"compute kernel alongside (rank {ctx.rank}, GPU {ctx.util.device}){waits}"),
+                 f"compute kernel alongside (rank {ctx.rank}{_gpu_clause(ctx.util.device)}){waits}"),
         recommendation=("Overlap communication with compute: keep backward free of host syncs so DDP's bucketed "
                         "all-reduce runs under it, wrap gradient-accumulation micro-steps in no_sync(), tune "
                         "bucket_cap_mb, use gradient_as_bucket_view=True (FSDP: forward/backward prefetch); a larger "
@@ -142,3 +142,8 @@ def rank_straggler(ctx: Context) -> Finding | None:
                   "per_rank_compute_us": computes,
                   "per_rank_nccl_us": {str(k): r["nccl_us_per_step"] for k, r in rows.items()}},
     )
+
+
+def _gpu_clause(device: int | None) -> str:
+    """``, GPU 3``; nothing when the trace does not say which GPU."""
+    return f", GPU {device}" if isinstance(device, int) and device >= 0 else ""

@@ -58,7 +58,9 @@ def _host_hotspots(ctx: Context, n: int = 3) -> list[str] | None:
     out = []
     for r in hs["top_user_lines"][:n]:
         path = str(r.get("file", "")).replace("\\", "/").rsplit("/", 1)[-1]
-        out.append(f"{path}:{r.get('line')} ({r.get('function')}) {r.get('pct')}%")
+        func = f" ({r['function']})" if r.get("function") else ""
+        share = f" {r['pct']}%" if r.get("pct") is not None else ""
+        out.append(f"{path}:{r.get('line', '?')}{func}{share}")
     return out
 
 

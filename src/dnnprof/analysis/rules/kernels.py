@@ -127,8 +127,7 @@ def low_occupancy(ctx: Context) -> Finding | None:
         title=f"Low-occupancy kernels: {pct(t, ctx.kernel_ns):.0f}% of GPU kernel time below "
               f"{LOW_OCC_MAX_PCT:.0f}% occupancy",
         summary=(f"{len(rows)} kernels ({ms_text(t)}) hold few warps per SM; limited by "
-                 f"{', '.join(limiters) or 'unknown'}; worst: {top[0]['kernel']} at "
-                 f"{top[0]['theoretical_occupancy_pct']:.0f}%"),
+                 f"{', '.join(limiters) or 'unknown'}"),
         recommendation=("Raise resident warps for these kernels: cut registers per thread (__launch_bounds__, "
                         "Triton num_warps) or shared memory per block (smaller tiles, fewer num_stages), use larger "
                         "blocks; for PyTorch ops with this problem, try torch.compile, which generates its own."),
@@ -190,8 +189,7 @@ def small_grid(ctx: Context) -> Finding | None:
     return Finding(
         id="small-grid",
         title=f"Kernels with fewer blocks than SMs: {pct(t, ctx.kernel_ns):.0f}% of GPU kernel time",
-        summary=(f"{len(per_kernel)} kernels launch < {sms} blocks; {ms_text(waste)} of SM-time left empty; worst: "
-                 f"{top[0]['kernel']} ({top[0]['blocks']} blocks)"),
+        summary=f"{len(per_kernel)} kernels launch < {sms} blocks; {ms_text(waste)} of SM-time left empty",
         recommendation=("Give these kernels more parallel work: raise the batch size, batch many small ops into one "
                         "(torch.bmm, grouped GEMMs, torch._foreach_*), or run independent work on another CUDA "
                         "stream."),

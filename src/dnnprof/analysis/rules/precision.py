@@ -122,11 +122,14 @@ def _offenders(ctx: Context, rows: list[KernelRow]) -> list[dict[str, Any]]:
             for r in ranked]
 
 
-def _layers(ctx: Context, rows: list[KernelRow]) -> list[str]:
+def _mostly_in(ctx: Context, rows: list[KernelRow]) -> str:
+    """``, mostly in L1, L2`` naming the (at most 3) layers with most of the rows' time; "" when none is known."""
     acc: dict[str, int] = {}
     for r in rows:
-        acc[r.layer or "?"] = acc.get(r.layer or "?", 0) + ctx.in_window_ns(r.rows)
-    return [k for k, _ in sorted(acc.items(), key=lambda kv: -kv[1])][:3]
+        if r.layer:
+            acc[r.layer] = acc.get(r.layer, 0) + ctx.in_window_ns(r.rows)
+    layers = [k for k, _ in sorted(acc.items(), key=lambda kv: -kv[1])][:3]
+    return f", mostly in {', '.join(layers)}" if layers else ""
 
 
 @rule("amp-not-used", group="precision")
@@ -175,8 +178,7 @@ def amp_not_used(ctx: Context) -> Finding | None:
         id="amp-not-used",
         title=f"{what}: {share:.0f}% of GPU kernel time",
         summary=(f"{len(counted)} GEMM/conv kernels run in fp32 for {ms_text(t)} ({pct(t * overlap, ctx.window_ns):.1f}% "
-                 f"of step time; {ms_text(t32)} on the FMA pipes, {ms_text(ttf)} as TF32), mostly in "
-                 f"{', '.join(_layers(ctx, counted))}"),
+                 f"of step time; {ms_text(t32)} on the FMA pipes, {ms_text(ttf)} as TF32){_mostly_in(ctx, counted)}"),
         recommendation=(f"Wrap the forward pass and loss in torch.autocast('cuda', dtype=torch.{dtype})"
                         f"{'' if ampere else ' with torch.amp.GradScaler'}"
                         + ("; if you must stay in fp32, at least enable TF32 for matmuls with "
@@ -274,7 +276,7 @@ def tensor_cores_unused(ctx: Context) -> Finding | None:
     return Finding(
         id="tensor-cores-unused",
         title=f"Half-precision GEMMs off the fast tensor-core path: {share:.0f}% of GPU kernel time",
-        summary=f"{' and '.join(parts)}, mostly in {', '.join(_layers(ctx, no_tc + unaligned))}",
+        summary=f"{' and '.join(parts)}{_mostly_in(ctx, no_tc + unaligned)}",
         recommendation=("Make GEMM/conv dimensions multiples of 8 (better 64): pad the vocabulary (50257 → 50304), "
                         "hidden/FFN sizes and channel counts, and keep batch × sequence length a multiple of 8."),
         est_gain_pct=pct(gain, ctx.window_ns),
@@ -318,8 +320,8 @@ def fp64_used(ctx: Context) -> Finding | None:
     return Finding(
         id="fp64-used",
         title=f"Double precision (fp64) kernels: {share:.0f}% of GPU kernel time",
-        summary=(f"{len(rows)} fp64 kernels run for {ms_text(t)} ({pct(t * overlap, ctx.window_ns):.1f}% of step time), "
-                 f"mostly in {', '.join(_layers(ctx, rows))}"),
+        summary=(f"{len(rows)} fp64 kernels run for {ms_text(t)} ({pct(t * overlap, ctx.window_ns):.1f}% of step time)"
+                 f"{_mostly_in(ctx, rows)}"),
         recommendation=("Train in fp32 or lower: model.float(), convert inputs with .float() (NumPy arrays are "
                         "float64 and torch.from_numpy keeps that), or torch.set_default_dtype(torch.float32)."),
         est_gain_pct=pct(gain, ctx.window_ns),

@@ -71,15 +71,6 @@ def _by_site(ctx: Context, owner: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _where(row: dict[str, Any]) -> str:
-    s = row["op"] or row["apis"][0]
-    if row["in_op"]:
-        s += f" in {row['in_op']}"
-    if row["source"]:
-        s += f" ({row['source']})"
-    return s
-
-
 @rule("host-sync", group="host")
 def host_sync(ctx: Context) -> Finding | None:
     """The host blocks on the GPU inside the step, and the GPU starves afterwards.
@@ -115,8 +106,7 @@ def host_sync(ctx: Context) -> Finding | None:
     return Finding(
         id="host-sync",
         title=f"Host waits for the GPU inside the step; the GPU then starves ({share:.1f}% of step time)",
-        summary=(f"{len(calls)} blocking calls in {ctx.n_windows} step(s) caused {ms_text(charged)} of GPU idle; "
-                 f"worst: {_where(top[0])}" if top else ""),
+        summary=f"{len(calls)} blocking calls in {ctx.n_windows} step(s) caused {ms_text(charged)} of GPU idle",
         recommendation=(hint + "Do not read GPU values on the host inside the step: keep running sums as tensors and "
                         "call .item() every N steps, drop torch.cuda.synchronize() from the loop, copy results "
                         "with .to('cpu', non_blocking=True) into pinned memory and read them later, and avoid "
