@@ -110,6 +110,20 @@ def test_precisions_a_cpu_cannot_run_are_skipped_with_the_reason(env: Path) -> N
                                                                                  "fp32": "largest_tried"}
 
 
+def test_the_largest_batch_line_reads_without_internal_values(env: Path) -> None:
+    from dnnprof.cli.sweep import max_batch_line
+
+    doc = run_sweep(fake_spec(env / "sw", "1,2", precisions=("fp16", "fp32")))
+    lines = [max_batch_line(m) for m in doc["max_batch_size"]]
+    assert lines[1] == "train fp32: every batch tried fits, up to 2", lines
+    assert lines[0].startswith("train fp16: skipped (")
+    cut = {"mode": "train", "precision": "bf16", "batch_size": 32, "limited_by": "gpu_memory", "exact": False}
+    assert max_batch_line({**cut, "bracket": [32, 64]}).endswith("limited by gpu_memory (not pinned: between 32 and 64)")
+    assert max_batch_line({**cut, "bracket": [32, None], "limited_by": None}) == \
+        "train bf16: largest batch that fits 32, limited by nothing seen (not pinned: no larger batch was tried)"
+    assert not [x for x in lines if "None" in x or "largest_tried" in x]
+
+
 def sweep_cli(out: Path, *extra: str, env: dict[str, str]) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "dnnprof", "sweep", "--device", "cpu", "--batch-sizes", "1..16", "--timeout", "60",
            "--profile-points", "none", "--no-report", "--out", str(out), *extra, "--", sys.executable, str(FAKE),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -113,13 +114,7 @@ def sweep(
               "to resume", file=sys.stderr)
         sys.exit(130)  # SystemExit passes through the CLI unchanged
     for m in doc["max_batch_size"]:
-        if m.get("batch_size") is None:
-            line = f"{m['mode']} {m['precision']}: skipped ({m.get('message', '')})"
-        else:
-            exact = "" if m.get("exact") else f" (not pinned: between {m['bracket'][0]} and {m['bracket'][1]})"
-            line = f"{m['mode']} {m['precision']}: largest batch that fits {m['batch_size']}, limited by " \
-                   f"{m.get('limited_by')}{exact}"
-        print(f"dnnprof sweep: {line}", file=sys.stderr)
+        print(f"dnnprof sweep: {max_batch_line(m)}", file=sys.stderr)
     for m in doc["messages"]:
         print(f"dnnprof sweep: {m}", file=sys.stderr)
     if report:
@@ -128,6 +123,23 @@ def sweep(
         paths = write_reports(spec.out)
         print(f"dnnprof sweep: report: {paths[0]}", file=sys.stderr)
     print(f"dnnprof sweep: {doc['status']}: {doc['trials_total']} trials in {spec.out}", file=sys.stderr)
+
+
+def max_batch_line(m: dict[str, Any]) -> str:
+    """One ``max_batch_size`` entry as a line: the largest batch that fits, what ran out, and how exact that is."""
+    series = f"{m['mode']} {m['precision']}"
+    if m.get("batch_size") is None:
+        return f"{series}: skipped ({m.get('message', '')})"
+    if m.get("limited_by") == "largest_tried":
+        return f"{series}: every batch tried fits, up to {m['batch_size']}"
+    line = f"{series}: largest batch that fits {m['batch_size']}, limited by {m.get('limited_by') or 'nothing seen'}"
+    if m.get("exact"):
+        return line
+    bracket = m.get("bracket") or []
+    hi = bracket[1] if len(bracket) > 1 else None
+    if hi is not None:
+        return f"{line} (not pinned: between {m['batch_size']} and {hi})"
+    return f"{line} (not pinned: no larger batch was tried)"
 
 
 def register(app: typer.Typer) -> None:
