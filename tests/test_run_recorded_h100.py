@@ -72,7 +72,14 @@ def test_the_run_extras_are_the_ones_the_gpu_run_wrote(assembled: tuple) -> None
     assert set(outside) >= {"sm_occupancy_pct", "tensor_active_pct", "dram_bw_util_pct"}
     assert "114.3 ms" in extras["samples"]["note"]
     t = extras["throughput"]
-    assert {k: v for k, v in t.items() if not k.startswith("unprofiled")} == expected["throughput"]
+    # The GPU run's rates were over the summed step time: they are the wall_* ones now, and the rates beside the
+    # median step time are per median step.
+    wrote = dict(expected["throughput"])
+    for key in ("items_per_s", "steps_per_s"):
+        assert t[f"wall_{key}"] == wrote.pop(key)
+    assert {k: v for k, v in t.items() if not k.startswith(("unprofiled", "wall_")) and k not in (
+        "items_per_s", "steps_per_s")} == wrote
+    assert t["items_per_s"] == pytest.approx(4096 * 1e6 / t["step_time_median_us"], abs=0.5)
     assert t["unprofiled_steps"] == len(expected["overhead"]["baseline_steps"])
     assert t["unprofiled_step_time_median_us"] == expected["overhead"]["baseline"]["median_us"]
 

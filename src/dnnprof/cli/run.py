@@ -12,6 +12,8 @@ from dnnprof.cli.errors import UserError
 
 #: Below this GPU busy share the report names the Python lines that took the host's time.
 HOST_BOUND_BUSY_PCT = 70.0
+#: A rate over the steps' summed time this far (relative) from the per-median-step rate is printed beside it.
+WALL_RATE_DIFF = 0.10
 _CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
@@ -68,6 +70,35 @@ def warmup_hint(overhead: dict[str, Any]) -> str:
             f"the run was {trend}, so the window's times may not be steady (raise --warmup-steps)")
 
 
+def throughput_line(t: dict[str, Any]) -> str:
+    """The step time and throughput of the profiled and the unprofiled steps, from ``summary.throughput``.
+
+    Each rate sits beside the median step time it is computed from; when the steps' summed time gives a rate more
+    than ``WALL_RATE_DIFF`` away (a stalled step among them), that one is printed too, said to include the stalls.
+    """
+    unit = t.get("unit") or "items/s"
+
+    def wall(rate: float | None, wall_rate: float | None, steps: int) -> str:
+        if not rate or not wall_rate or abs(wall_rate - rate) <= WALL_RATE_DIFF * rate:
+            return ""
+        return f"{wall_rate:.1f} {unit} over all {steps} steps, slow ones included"
+
+    line = f"{t['steps']} steps profiled, step time median {t['step_time_median_us'] / 1000:.2f} ms"
+    if t.get("items_per_s") is not None:
+        line += f", {t['items_per_s']:.1f} {unit}"
+        extra = wall(t["items_per_s"], t.get("wall_items_per_s"), t["steps"])
+        line += f" ({extra})" if extra else ""
+    if t.get("unprofiled_step_time_median_us"):
+        line += f" (unprofiled: median {t['unprofiled_step_time_median_us'] / 1000:.2f} ms"
+        if t.get("unprofiled_items_per_s") is not None:
+            line += f", {t['unprofiled_items_per_s']:.1f} {unit}"
+            extra = wall(t["unprofiled_items_per_s"], t.get("unprofiled_wall_items_per_s"),
+                         t.get("unprofiled_steps") or 0)
+            line += f"; {extra}" if extra else ""
+        line += ")"
+    return line
+
+
 def report(result: Any, quiet: bool = False) -> None:
     """A few lines on stderr: where the run went, the step time and what the capture cost."""
     say = lambda m: print(f"dnnprof: {m}", file=sys.stderr)  # noqa: E731
@@ -79,14 +110,7 @@ def report(result: Any, quiet: bool = False) -> None:
     t = s.get("throughput") or {}
     o = s.get("overhead") or {}
     if t.get("step_time_median_us") is not None:
-        line = f"{t['steps']} steps profiled, step time median {t['step_time_median_us'] / 1000:.2f} ms"
-        if t.get("items_per_s") is not None:
-            line += f", {t['items_per_s']:.1f} {t.get('unit') or 'items/s'}"
-        if t.get("unprofiled_step_time_median_us"):
-            line += f" (unprofiled: {t['unprofiled_step_time_median_us'] / 1000:.2f} ms"
-            if t.get("unprofiled_items_per_s") is not None:
-                line += f", {t['unprofiled_items_per_s']:.1f} {t.get('unit') or 'items/s'}"
-            line += ")"
+        line = throughput_line(t)
         if o.get("dilation") is not None:
             line += f", profiler dilation {o['dilation']:.3f}x vs {o['baseline']['count']} unprofiled steps"
         say(line)

@@ -99,46 +99,77 @@ def baseline_steps(col: dict[str, Any]) -> list[int]:
             if i in dur]
 
 
+def _items(col: dict[str, Any], steps: list[int], workload: dict[str, Any] | None) -> list[float]:
+    """Items of each of ``steps``: what ``dnnprof.step(items=…)`` or the DataLoader reported, else the workload's
+    nominal count; shorter than ``steps`` when some step's count is unknown."""
+    items = col.get("step_items", [])
+    known = [items[i] for i in steps if i < len(items) and items[i] is not None]
+    if workload and workload.get("items_per_step") and len(known) < len(steps):
+        return [float(workload["items_per_step"])] * len(steps)
+    return known
+
+
+def _per_step(items: list[float]) -> float | int | None:
+    if not items:
+        return None
+    return items[0] if len(set(items)) == 1 else round(float(np.mean(items)), 3)
+
+
+def rates(durations_ns: list[int], items: list[float]) -> dict[str, float | None]:
+    """Throughput of a set of steps, two ways.
+
+    ``items_per_s`` / ``steps_per_s`` go with the median step time the report prints beside them: items per step
+    over the median step, so one stalled step (a 2 s checkpoint among 170 ms steps) does not drag the figure
+    away from the step time it sits next to. ``wall_items_per_s`` / ``wall_steps_per_s`` are all the items over
+    the steps' summed time, stalls included. Items are None unless every step's count is known.
+    """
+    if not durations_ns:
+        return {"steps_per_s": None, "items_per_s": None, "wall_steps_per_s": None, "wall_items_per_s": None}
+    med, total = float(np.median(durations_ns)), float(sum(durations_ns))
+    known = len(items) == len(durations_ns)
+    per_step = float(np.mean(items)) if known and items else None
+    return {
+        "steps_per_s": round(1e9 / med, 4) if med > 0 else None,
+        "items_per_s": round(per_step * 1e9 / med, 3) if per_step is not None and med > 0 else None,
+        "wall_steps_per_s": round(len(durations_ns) * 1e9 / total, 4) if total > 0 else None,
+        "wall_items_per_s": round(sum(items) * 1e9 / total, 3) if known and total > 0 else None,
+    }
+
+
 def throughput(col: dict[str, Any], workload: dict[str, Any] | None) -> dict[str, Any]:
     """Items per second over the timed steps (items from the workload or from ``dnnprof.step(items=…)``), and the
     same over the unprofiled baseline steps of the run (``unprofiled_*``: what the job does without dnnprof, read
-    from few steps; None when there are none)."""
+    from few steps; None when there are none). Rates are per median step (see :func:`rates`); the ``wall_*`` ones
+    include every stall."""
     dur = step_durations(col)
     steps = [i for i in timed_window(col) if i in dur]
-    total_ns = sum(dur[i] for i in steps)
-    items = col.get("step_items", [])
-    per_step = [items[i] for i in steps if i < len(items) and items[i] is not None]
+    per_step = _items(col, steps, workload)
     unit = (workload or {}).get("unit") or ("samples/s" if per_step else None)
-    if workload and workload.get("items_per_step") and len(per_step) < len(steps):
-        per_step = [int(workload["items_per_step"])] * len(steps)
     s = _stats([dur[i] for i in steps])
+    r = rates([dur[i] for i in steps], per_step)
     out: dict[str, Any] = {
         "steps": len(steps),
         "step_time_median_us": s["median_us"],
         "step_time_p90_us": s["p90_us"],
         "step_time_mean_us": s["mean_us"],
-        "steps_per_s": round(len(steps) / (total_ns / 1e9), 4) if total_ns else None,
+        "steps_per_s": r["steps_per_s"],
         "unit": unit or ("items/s" if per_step else None),
-        "items_per_step": (per_step[0] if per_step and len(set(per_step)) == 1 else
-                           (round(float(np.mean(per_step)), 3) if per_step else None)),
-        "items_per_s": None,
+        "items_per_step": _per_step(per_step),
+        "items_per_s": r["items_per_s"],
         "measured_on": "host-side step intervals of the timed window",
         "items_from": ("workload" if workload and workload.get("items_per_step") else
                        ("dnnprof.step(items=…) or DataLoader batches" if per_step else None)),
+        "wall_steps_per_s": r["wall_steps_per_s"],
+        "wall_items_per_s": r["wall_items_per_s"],
     }
     base = baseline_steps(col)
     b = _stats([dur[i] for i in base])
-    base_items = [items[i] for i in base if i < len(items) and items[i] is not None]
-    if workload and workload.get("items_per_step"):
-        base_items = [int(workload["items_per_step"])] * len(base)
-    base_ns = sum(dur[i] for i in base)
+    rb = rates([dur[i] for i in base], _items(col, base, workload))
     out["unprofiled_steps"] = len(base)
     out["unprofiled_step_time_median_us"] = b["median_us"]
-    out["unprofiled_items_per_s"] = (round(sum(base_items) / (base_ns / 1e9), 3)
-                                     if base and len(base_items) == len(base) and base_ns else None)
-    if per_step and len(per_step) == len(steps) and total_ns:
-        out["items_per_s"] = round(sum(per_step) / (total_ns / 1e9), 3)
-    elif not per_step:
+    out["unprofiled_items_per_s"] = rb["items_per_s"]
+    out["unprofiled_wall_items_per_s"] = rb["wall_items_per_s"]
+    if not per_step:
         out["note"] = ("items per step unknown (no DataLoader batches seen): pass dnnprof.step(items=N) in the "
                        "script for items/s")
     return out
