@@ -111,3 +111,58 @@ def test_run_says_when_the_timed_steps_were_too_short_for_the_samples(assembled:
     report(SimpleNamespace(messages=[], summary=extras, meta={}, complete=True, run_dir="run", profile_dir=None))
     err = capsys.readouterr().err
     assert "dnnprof: NVML: the timed steps took 114.3 ms, less than the sampling needs" in err
+
+
+#: What ``dnnprof run`` passes to ``finish_run`` about the process (the rest of meta.json is finish_run's own).
+_RUN_META_KEYS = ("name", "command", "cwd", "exit_code", "interrupted", "started_unix_s", "duration_s", "workload",
+                  "git", "dnnprof_version", "owner_found", "boot_error", "child_error")
+
+
+def _finished_run(tmp_path: Path) -> Path:
+    """The recorded run finished here as ``dnnprof run`` finishes one: profile/, summary.json, meta.json."""
+    from dnnprof.cli.run import findings_of, summarizer
+    from dnnprof.collect.config import CollectorConfig
+    from dnnprof.collect.finish import finish_run
+    from dnnprof.collect.rundir import RunDir
+
+    staging = tmp_path / ".run.partial"
+    shutil.copytree(RUN, staging)
+    (staging / "expected_summary.json").unlink()
+    meta = json.loads((RUN / "meta.json").read_text())
+    result = finish_run(RunDir(final=tmp_path / "run", staging=staging), {k: meta[k] for k in _RUN_META_KEYS},
+                        CollectorConfig.load(staging), summarize=summarizer, echo=lambda m: None, findings=findings_of)
+    assert result.complete and (result.run_dir / "summary.json").is_file()
+    return result.run_dir
+
+
+def test_analyze_of_a_run_directory_is_the_summary_the_run_wrote(tmp_path: Path) -> None:
+    from dnnprof.cli.main import main
+
+    run = _finished_run(tmp_path)
+    wrote = json.loads((run / "summary.json").read_text())
+    out = tmp_path / "s.json"
+    assert main(["analyze", str(run), "--json", str(out), "--quiet"]) == 0
+    got = json.loads(out.read_text())
+    assert got == wrote
+    # The run's own keys (docs/summary-json.md), with the numbers the GPU run wrote.
+    expected = json.loads((RUN / "expected_summary.json").read_text())
+    for key in ("memory", "overhead", "host_hotspots", "meta", "run"):
+        assert got[key] == expected[key], key
+    assert got["throughput"]["wall_items_per_s"] == expected["throughput"]["items_per_s"]
+    assert got["throughput"]["unprofiled_steps"] == 4 and got["samples"]["status"] == expected["samples"]["status"]
+    assert {f["id"] for f in got["findings"]} == {f["id"] for f in expected["findings"]}
+
+
+def test_analyze_of_an_unfinished_run_has_the_runs_keys_too(tmp_path: Path) -> None:
+    from dnnprof.cli.main import main
+
+    wrote = json.loads((_finished_run(tmp_path / "finished") / "summary.json").read_text())
+    run = tmp_path / "raw"
+    shutil.copytree(RUN, run)  # collector results and traces only: analyze assembles the profile
+    out = tmp_path / "s.json"
+    assert main(["analyze", str(run), "--json", str(out), "--quiet"]) == 0
+    got = json.loads(out.read_text())
+    for key in ("throughput", "samples", "memory", "overhead", "host_hotspots", "meta", "run"):
+        assert got[key] == wrote[key], key
+    # All of it but where it came from (the traces, assembled here, with a note saying so).
+    assert {k: v for k, v in got.items() if k != "source"} == {k: v for k, v in wrote.items() if k != "source"}

@@ -103,6 +103,7 @@ def counters(
     from dnnprof.analysis.counters_join import join_counters
     from dnnprof.analysis.rules import findings_from_analysis
     from dnnprof.analysis.summary import analyse, summary_of
+    from dnnprof.cli.sources import run_extras
     from dnnprof.collect.config import CollectorConfig
     from dnnprof.collect.counters_pass import counters_pass
     from dnnprof.collect.session import child_env
@@ -142,9 +143,7 @@ def counters(
     profile.save(run / "profile")
     analysis = analyse(profile)
     doc = summary_of(analysis)
-    old_summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
-    for key, value in old_summary.items():  # keep the run's extras (throughput, samples, memory, …)
-        doc.setdefault(key, value)
+    doc.update(run_extras(run) or {})  # the run's extras (throughput, samples, memory, …), as the run wrote them
     doc["findings"] = findings_from_analysis(analysis, doc)
     write_json(doc, run / "summary.json")
     write_json(meta, meta_path)

@@ -34,8 +34,24 @@ def analysed(path: Path, rank: int = 0) -> tuple[Any, dict[str, Any]]:
         raise UserError(f"{path}: no rank {rank} (ranks in the trace: {profile.ranks})")
     analysis = analyse(profile, rank=rank)
     doc = summary_of(analysis)
-    doc["findings"] = findings_from_analysis(analysis, doc)
+    doc.update(run_extras(path) or {})  # a run directory: what the run's own summary.json holds besides
+    doc["findings"] = findings_from_analysis(analysis, doc)  # last: rules read the run's extras (memory, …)
     return analysis, doc
+
+
+def run_extras(path: Path) -> dict[str, Any] | None:
+    """What a run directory's summary.json adds to the profile's summary (throughput, samples, memory, overhead,
+    host hotspots, run settings), rebuilt from its files as ``dnnprof run`` built it; None for anything else."""
+    from dnnprof.collect.assemble import AssembleError
+    from dnnprof.collect.finish import run_dir_extras
+    from dnnprof.ingest.detect import kind_of
+
+    if kind_of(path) not in ("run", "run-raw"):
+        return None
+    try:
+        return run_dir_extras(path)
+    except AssembleError as e:
+        raise UserError(f"{path}: {e}") from None
 
 
 def _assemble(run_dir: Path) -> Any:

@@ -6,16 +6,19 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from dnnprof.collect import metrics
 from dnnprof.collect.assemble import AssembleError, assemble, load_collector
-from dnnprof.collect.config import CollectorConfig, write_json_atomic
+from dnnprof.collect.config import CONFIG_FILE, CollectorConfig, write_json_atomic
 from dnnprof.collect.rundir import RunDir
 from dnnprof.collect.session import RunResult
 from dnnprof.ingest.errors import TraceError
 
 RUN_FORMAT = "dnnprof.run/1"
+#: Collector statuses of a complete run (given a profile could be built).
+COMPLETE_STATUSES = ("complete", "no_steps")
 
 
 class ChildRefused(ValueError):
@@ -59,6 +62,58 @@ def _messages(status: str, col: dict[str, Any] | None, run_meta: dict[str, Any],
     return msgs
 
 
+def summary_extras(col: dict[str, Any] | None, samples: dict[str, Any] | None, *, complete: bool, status: str,
+                   mode: str | None) -> dict[str, Any]:
+    """The keys a run directory's summary.json adds to ``summarize()``'s document.
+
+    ``throughput``, ``samples``, ``memory``, ``overhead``, ``host_hotspots`` (from the collector results and the
+    NVML/GPM samples), ``meta`` (run settings read in the script: ``cudnn_benchmark`` …) and ``run`` (status,
+    capture mode, step source, dilation). ``dnnprof run`` writes them at the end of a run and ``dnnprof analyze
+    RUN_DIR`` recomputes them from the same files (:func:`run_dir_extras`): both say the same.
+    """
+    col = col or {}
+    out = metrics.run_extras(col, samples)
+    out["meta"] = dict(col.get("settings") or {})
+    out["run"] = {"complete": complete, "status": status, "mode": mode, "step_source": col.get("step_source"),
+                  "dilation": out["overhead"].get("dilation")}
+    return out
+
+
+def run_dir_extras(run_dir: Path) -> dict[str, Any] | None:
+    """:func:`summary_extras` of a run directory, from its collector results, samples and meta.json; None when it
+    holds no collector results (then it is no run directory).
+
+    Raises:
+        AssembleError: the collector results are unreadable.
+    """
+    col = load_collector(run_dir)
+    if col is None:
+        return None
+    meta: dict[str, Any] = {}
+    if (run_dir / "meta.json").is_file():
+        try:
+            meta = json.loads((run_dir / "meta.json").read_text())
+        except json.JSONDecodeError as e:
+            raise AssembleError(f"{run_dir / 'meta.json'}: unreadable ({e})") from None
+    status = meta.get("status") or col.get("status", "partial")
+    mode = (meta.get("config") or {}).get("mode")
+    if mode is None and (run_dir / CONFIG_FILE).is_file():
+        mode = CollectorConfig.load(run_dir).mode
+    return summary_extras(col, _samples(run_dir, col), complete=bool(meta.get("complete", status in COMPLETE_STATUSES)),
+                          status=status, mode=mode)
+
+
+def _samples(run_dir: Path, col: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run's NVML/GPM samples (the file the collector names), None when it took none."""
+    name = (col or {}).get("samples_file")
+    if not name or not (run_dir / name).is_file():
+        return None
+    try:
+        return json.loads((run_dir / name).read_text())
+    except json.JSONDecodeError as e:
+        raise AssembleError(f"{run_dir / name}: unreadable samples ({e})") from None
+
+
 def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
                summarize: Callable[[Any], dict[str, Any]] | None, echo: Callable[[str], None],
                counters_join: Callable[[Any, Any], Any] | None = None,
@@ -95,7 +150,7 @@ def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
     messages = _messages(status, col, run_meta, info)
     if reason:
         messages.insert(0, reason)
-    complete = profile is not None and status in ("complete", "no_steps")
+    complete = profile is not None and status in COMPLETE_STATUSES
     if profile is not None and not reason and not complete:
         reason = f"{messages[0] if messages else 'the run ended early'} (collector status {status})"
     overhead = metrics.overhead(col) if col else {}
@@ -144,9 +199,6 @@ def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
             if capture["counters"]["status"] != "ok":
                 messages.append(f"counters: {capture['counters']['message']}")
         profile.save(staging / "profile")
-        samples = None
-        if col and col.get("samples_file") and (staging / col["samples_file"]).is_file():
-            samples = json.loads((staging / col["samples_file"]).read_text())
         summary = {}
         if summarize is not None:
             try:
@@ -154,10 +206,8 @@ def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
             except Exception as e:  # noqa: BLE001 - the capture is valid even when the analysis trips; say so
                 meta["summary_error"] = f"{type(e).__name__}: {e}"
                 messages.append(f"summary failed ({type(e).__name__}: {e}); the profile itself is fine")
-        summary.update(metrics.run_extras(col or {}, samples))
-        summary["meta"] = settings
-        summary["run"] = {"complete": complete, "status": status, "mode": config.mode,
-                          "step_source": capture["step_source"], "dilation": overhead.get("dilation")}
+        summary.update(summary_extras(col, _samples(staging, col), complete=complete, status=status,
+                                      mode=config.mode))
         if findings is not None and summary and "summary_error" not in meta:
             try:
                 summary["findings"] = findings(profile, summary)
