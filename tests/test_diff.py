@@ -94,3 +94,21 @@ def test_a_late_peer_shows_as_time_in_collectives_alone(tmp_path: Path, capsys: 
 
     schema = Path(__file__).parents[1] / "src" / "dnnprof" / "render" / "schemas" / "diff-1.schema.json"
     jsonschema.validate(d, json.loads(schema.read_text()))
+
+
+def test_small_gains_keep_a_decimal_and_zero_gains_are_not_printed() -> None:
+    import io
+
+    from rich.console import Console
+
+    from dnnprof.render.diff_table import render_diff
+
+    base = json.loads(RUN_SUMMARY.read_text())
+    new = copy.deepcopy(base)
+    base["findings"] = [{**f, "est_gain_pct": g} for f, g in zip(base["findings"], (0.3, 0.0, 12.0), strict=False)]
+    new["findings"] = []
+    console = Console(file=io.StringIO(), width=300, color_system=None)
+    render_diff(diff_summaries(base, new), console=console)
+    line = next(x for x in console.file.getvalue().splitlines() if x.startswith("findings resolved"))
+    ids = [f["id"] for f in base["findings"]]
+    assert f"{ids[0]} (expected gain ≤0.3%), {ids[1]}, {ids[2]} (expected gain ≤12%)" in line

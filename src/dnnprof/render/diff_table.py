@@ -7,7 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dnnprof.render.terminal import bytes_text, pct_text, us_text
+from dnnprof.render.evidence import gain_text
+from dnnprof.render.units import bytes_text, pct_text, us_text
 
 
 def _change(pair: dict[str, Any], fmt: Any = us_text) -> str:
@@ -68,7 +69,7 @@ def render_diff(doc: dict[str, Any], console: Console | None = None, top: int = 
 
     def gain(x: dict[str, Any]) -> str:
         g = x.get("est_gain_pct", x.get("base_est_gain_pct"))
-        return f" (expected gain {g:.0f}%)" if g else ""
+        return f" (expected gain {gain_text(g)})" if g and g > 0 else ""
 
     for label, key, style in (("resolved", "resolved", "green"), ("new", "new", "yellow"),
                               ("still there", "persisting", "dim")):
