@@ -14,7 +14,9 @@ def analyze(
                                            "profile or a dnnprof run directory.", show_default=False),
     json_out: Path | None = typer.Option(None, "--json", help="Write the dnnprof.summary/1 JSON here ('-' = stdout)."),
     top: int = typer.Option(15, "--top", min=1, help="Rows to show in each table."),
-    save: Path | None = typer.Option(None, "--save", help="Save the canonical profile (Parquet) in this folder."),
+    save: Path | None = typer.Option(None, "--save", help="Save the canonical profile (Parquet) in this folder: a "
+                                                           "new or empty one, or a profile saved earlier (replaced "
+                                                           "atomically). Anything else is refused."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here (with "
                                                            "a roofline chart when there are Nsight Compute counters; "
                                                            "also for an ncu file)."),
@@ -25,15 +27,23 @@ def analyze(
     rank: int = typer.Option(0, "--rank", help="Rank to report on in a multi-GPU trace."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json, --html, --perfetto "
                                                              "or --save)."),
+    force: bool = typer.Option(False, "--force", help="--save may also replace a profile of another dnnprof "
+                                                      "version. Never a file or a folder holding anything dnnprof "
+                                                      "did not write."),
 ) -> None:
     """Kernels, layers, phases, GPU busy/idle and findings of an existing trace."""
     from dnnprof.cli.sources import analysed
     from dnnprof.ingest.detect import kind_of
     from dnnprof.ingest.errors import TraceError
+    from dnnprof.model.outputs import OutputError, write_text_atomic
 
     try:
         kind = kind_of(trace)
     except TraceError as e:
+        raise UserError(str(e)) from None
+    try:
+        check_outputs(trace, json_out=json_out, html=html, perfetto=perfetto, save=save, force=force)
+    except OutputError as e:
         raise UserError(str(e)) from None
     if kind in ("ncu-csv", "ncu-rep"):
         if perfetto is not None or save is not None:
@@ -42,25 +52,40 @@ def analyze(
         _analyze_ncu(trace, json_out, top, quiet, html)
         return
     analysis, doc = analysed(trace, rank)
-    if save is not None:
-        analysis.profile.save(save)
-    if json_out is not None:
-        from dnnprof.render.json_out import write_json
+    try:
+        if save is not None:
+            analysis.profile.save(save, force=force)
+        if json_out is not None:
+            from dnnprof.render.json_out import write_json
 
-        write_json(doc, json_out)
-    if html is not None:
-        from dnnprof.render.html_report import render_html
+            write_json(doc, json_out)
+        if html is not None:
+            from dnnprof.render.html_report import render_html
 
-        html.parent.mkdir(parents=True, exist_ok=True)
-        html.write_text(render_html(doc, top=max(top, 30)), encoding="utf-8")
-    if perfetto is not None:
-        from dnnprof.render.perfetto import perfetto_trace, write_perfetto
+            write_text_atomic(html, render_html(doc, top=max(top, 30)), option="--html")
+        if perfetto is not None:
+            from dnnprof.render.perfetto import perfetto_trace, write_perfetto
 
-        write_perfetto(perfetto_trace(analysis.profile, attribution=analysis.attribution), perfetto)
+            write_perfetto(perfetto_trace(analysis.profile, attribution=analysis.attribution), perfetto)
+    except OutputError as e:
+        raise UserError(str(e)) from None
     if not quiet and str(json_out) != "-":
         from dnnprof.render.terminal import render
 
         render(doc, top=top)
+
+
+def check_outputs(source: Path, *, json_out: Path | None = None, html: Path | None = None,
+                  perfetto: Path | None = None, save: Path | None = None, force: bool = False) -> None:
+    """Refuse, before any work, an output that would destroy what dnnprof did not write (raises OutputError)."""
+    from dnnprof.model.outputs import check_output_file
+    from dnnprof.model.profile import check_save_target
+
+    for option, path in (("--json", json_out), ("--html", html), ("--perfetto", perfetto)):
+        if path is not None and str(path) != "-":
+            check_output_file(path, option=option, inputs=[source])
+    if save is not None:
+        check_save_target(save, force=force)
 
 
 def _analyze_ncu(path: Path, json_out: Path | None, top: int, quiet: bool, html: Path | None) -> None:

@@ -9,6 +9,7 @@ import typer
 
 from dnnprof import __version__
 from dnnprof.cli.errors import UserError
+from dnnprof.model.outputs import OutputError
 
 #: Sub-command modules under dnnprof.cli, in the order ``dnnprof --help`` lists them. Each module must import
 #: cheaply (torch, pyarrow and friends are imported inside the command body).
@@ -60,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"dnnprof: error: {e}", file=sys.stderr)
         return e.exit_code
+    except OutputError as e:  # an output that would destroy what dnnprof did not write, or cannot be written
+        print(f"dnnprof: error: {e}", file=sys.stderr)
+        return 2
     except typer.Exit as e:
         return int(e.exit_code or 0)
     except typer.Abort:

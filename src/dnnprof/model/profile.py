@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from dnnprof.model.device import DeviceInfo
+from dnnprof.model.outputs import OutputError, check_parent, replace_dir, temp_dir_beside
 from dnnprof.model.schema import TABLES, empty_table
 
 #: Written into every saved profile; bump on an incompatible schema change.
@@ -143,14 +143,22 @@ class Profile:
         return problems
 
     # --- persistence ---------------------------------------------------------------------------------------
-    def save(self, directory: str | os.PathLike[str]) -> Path:
-        """Write the profile as a directory of Parquet files, atomically (a crash leaves no half profile)."""
+    def save(self, directory: str | os.PathLike[str], force: bool = False) -> Path:
+        """Write the profile as a folder of Parquet files.
+
+        The folder is written complete beside ``directory`` and then put in its place (see
+        :func:`dnnprof.model.outputs.replace_dir`): a crash leaves the earlier profile or the new one, never half
+        of one. ``directory`` may be new, an empty folder, or a profile saved earlier (replaced); anything else is
+        refused (see :func:`check_save_target`; ``force`` also replaces a profile of another dnnprof version).
+
+        Raises:
+            OutputError: ``directory`` is a file or a folder that holds what dnnprof did not write.
+        """
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        target = Path(directory)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        target = check_save_target(directory, force=force)
+        tmp = temp_dir_beside(target)
         try:
             for name, t in self.tables.items():
                 pq.write_table(pa.table({c: pa.array(v) for c, v in t.items()}), tmp / f"{name}.parquet",
@@ -160,14 +168,8 @@ class Profile:
                            tmp / "strings.parquet", compression="zstd")
             doc = {"format": PROFILE_FORMAT, "meta": self.meta, "devices": [d.to_dict() for d in self.devices]}
             (tmp / _META_FILE).write_text(json.dumps(doc, indent=1, default=str))
-            if target.exists():
-                old = target.with_name(f".{target.name}.old")
-                shutil.rmtree(old, ignore_errors=True)
-                target.rename(old)
-                tmp.rename(target)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(target)
+            check_save_target(target, force=force)  # again: the folder may have changed while the tables were written
+            replace_dir(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -181,6 +183,10 @@ class Profile:
         d = Path(directory)
         meta_path = d / _META_FILE
         if not meta_path.is_file():
+            aside = sorted(d.parent.glob(f".{d.name}.old-*")) if not d.exists() else []
+            if aside:
+                raise ProfileError(f"{d}: no such folder; an interrupted save left the earlier profile in {aside[-1]} "
+                                   f"(rename it to {d.name})")
             raise ProfileError(f"{d}: not a dnnprof profile (no {_META_FILE})")
         try:
             doc = json.loads(meta_path.read_text())
@@ -242,6 +248,51 @@ class Profile:
                 cols.append(f"s{i}.value AS {c[:-3]}")
             con.execute(f"CREATE VIEW {name} AS SELECT {', '.join(cols)} FROM _{name} t {' '.join(joins)}")
         return con.sql(sql)
+
+
+def _owned_by_profile(entry: Path) -> bool:
+    """A file :meth:`Profile.save` writes (its metadata or a table); anything else in the folder is someone's."""
+    return entry.is_file() and not entry.is_symlink() and (entry.name == _META_FILE or entry.suffix == ".parquet")
+
+
+def check_save_target(directory: str | os.PathLike[str], force: bool = False) -> Path:
+    """The folder :meth:`Profile.save` may write ``directory`` to, or :class:`OutputError` saying why not.
+
+    Accepted: a new path (missing parent folders are created), an empty folder, or a dnnprof profile of this
+    format holding only what ``save`` writes (``profile.json`` and ``*.parquet``), which is replaced. With
+    ``force``, also such a folder whose ``profile.json`` is of another dnnprof version or unreadable. Never, even
+    with ``force``: a file (a profile is a folder), or a folder holding anything else (a user's files, a run
+    directory): dnnprof deletes only what it wrote. A symbolic link to a folder is followed.
+    """
+    target = Path(directory)
+    if target.is_symlink() and target.is_dir():
+        target = target.resolve()
+    if target.exists() and not target.is_dir():
+        raise OutputError(f"{target}: is a file; a profile is saved as a folder: give a new folder name (a file is "
+                          "never replaced, even with --force)")
+    check_parent(target)
+    if not target.exists():
+        return target
+    entries = sorted(target.iterdir())
+    if not entries:
+        return target
+    foreign = [e.name for e in entries if not _owned_by_profile(e)]
+    meta = target / _META_FILE
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        what = f"a dnnprof profile but also holds {shown}, which dnnprof did not write" if meta.is_file() \
+            else f"not empty and not a dnnprof profile (it holds {shown})"
+        raise OutputError(f"{target}: folder is {what}; save into a new or empty folder (dnnprof replaces only a "
+                          "profile it saved, even with --force)")
+    try:
+        fmt = json.loads(meta.read_text()).get("format") if meta.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        fmt = None
+    if fmt == PROFILE_FORMAT or force:
+        return target
+    found = f"a {fmt} profile (another dnnprof version)" if isinstance(fmt, str) and fmt.startswith("dnnprof.") \
+        else "Parquet files without a readable dnnprof profile.json"
+    raise OutputError(f"{target}: holds {found}; save into a new or empty folder, or add --force to replace it")
 
 
 def concat_tables(parts: Iterable[Table]) -> Table:

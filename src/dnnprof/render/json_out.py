@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from dnnprof.model.outputs import write_bytes_atomic
 
 
 def _clean(x: Any) -> Any:
@@ -29,22 +30,17 @@ def dumps(doc: Any, indent: int = 2) -> bytes:
     return msgspec.json.format(msgspec.json.encode(_clean(doc)), indent=indent)
 
 
-def write_json(doc: Any, path: str | os.PathLike[str]) -> Path:
-    """Write JSON atomically (temp file + rename): readers never see half a file. ``-`` writes to stdout."""
+def write_json(doc: Any, path: str | os.PathLike[str], option: str = "--json") -> Path:
+    """Write JSON atomically (temp file + rename): readers never see half a file. ``-`` writes to stdout;
+    ``option`` names the path in error messages.
+
+    Raises:
+        OutputError: ``path`` is a folder or its parent is a file, or it cannot be written.
+    """
     if str(path) == "-":
         import sys
 
         sys.stdout.buffer.write(dumps(doc) + b"\n")
         sys.stdout.flush()
         return Path("-")
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(dumps(doc) + b"\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_bytes_atomic(path, dumps(doc) + b"\n", option=option)

@@ -198,7 +198,8 @@ def perfetto_trace(profile: Profile, ranks: list[int] | None = None,
 
 
 def write_perfetto(doc: dict[str, Any], path: Path) -> None:
-    """Write the trace as JSON, gzip-compressed when ``path`` ends in ``.gz``."""
+    """Write the trace as JSON, gzip-compressed when ``path`` ends in ``.gz``, atomically (temp file + rename)."""
+    from dnnprof.model.outputs import write_bytes_atomic
+
     data = msgspec.json.encode(doc)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gzip.compress(data, mtime=0) if path.suffix == ".gz" else data)
+    write_bytes_atomic(path, gzip.compress(data, mtime=0) if path.suffix == ".gz" else data, option="--perfetto")

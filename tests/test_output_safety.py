@@ -1,0 +1,280 @@
+"""dnnprof never destroys what it did not write: ``analyze --save/--json/--html/--perfetto`` on real traces.
+
+Every refusal is one line on stderr naming the path, exit code 2, and leaves the user's files byte for byte as
+they were; an earlier saved profile is replaced atomically (a failure in the middle leaves it loadable).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from conftest import CPU_MLP, GPT2
+from dnnprof.cli.main import main
+from dnnprof.ingest.detect import open_profile
+from dnnprof.model import outputs
+from dnnprof.model.outputs import OutputError
+from dnnprof.model.profile import Profile, ProfileError, check_save_target
+
+USER_FILES = {"important.txt": b"results of three weeks\n", "model.pt": bytes(range(256)) * 64}
+
+
+def _user_folder(folder: Path) -> dict[str, bytes]:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in USER_FILES.items():
+        (folder / name).write_bytes(data)
+    return dict(USER_FILES)
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str], *needles: str) -> str:
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dnnprof: error: "), err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def _no_leftovers(parent: Path) -> None:
+    """No temporary or set-aside sibling is left next to an output."""
+    assert not [p.name for p in parent.iterdir() if p.name.startswith(".")]
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> Profile:
+    return open_profile(GPT2)
+
+
+def _kernels(folder: Path) -> int:
+    return Profile.load(folder).rows("kernels")
+
+
+# --- --save -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("force", [False, True])
+def test_save_refuses_a_folder_holding_user_files(tmp_path: Path, force: bool, capsys) -> None:
+    folder = tmp_path / "work"
+    before = _user_folder(folder)
+    argv = ["analyze", str(CPU_MLP), "--save", str(folder), "--quiet"] + (["--force"] if force else [])
+    assert main(argv) == 2
+    _one_error_line(capsys, str(folder), "important.txt", "new or empty folder")
+    assert _contents(folder) == before
+    _no_leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_save_refuses_a_file(tmp_path: Path, force: bool, capsys) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_bytes(b"# my project\n")
+    argv = ["analyze", str(CPU_MLP), "--save", str(readme), "--quiet"] + (["--force"] if force else [])
+    assert main(argv) == 2
+    _one_error_line(capsys, str(readme), "is a file")
+    assert readme.is_file() and readme.read_bytes() == b"# my project\n"
+    _no_leftovers(tmp_path)
+
+
+def test_save_refuses_a_profile_folder_the_user_added_files_to(tmp_path: Path, gpt2: Profile, capsys) -> None:
+    saved = gpt2.save(tmp_path / "prof")
+    (saved / "notes.txt").write_bytes(b"the run with lr 3e-4\n")
+    before = _contents(saved)
+    for force in (False, True):
+        argv = ["analyze", str(CPU_MLP), "--save", str(saved), "--quiet"] + (["--force"] if force else [])
+        assert main(argv) == 2
+        _one_error_line(capsys, str(saved), "notes.txt")
+        assert _contents(saved) == before
+    assert _kernels(saved) == gpt2.rows("kernels")
+
+
+def test_resave_replaces_an_earlier_profile(tmp_path: Path, gpt2: Profile) -> None:
+    saved = tmp_path / "prof"
+    assert main(["analyze", str(CPU_MLP), "--save", str(saved), "--quiet"]) == 0
+    cpu_files = set(_contents(saved))
+    assert main(["analyze", str(GPT2), "--save", str(saved), "--quiet"]) == 0
+    assert _kernels(saved) == gpt2.rows("kernels") > 0
+    assert set(_contents(saved)) == cpu_files
+    _no_leftovers(tmp_path)
+
+
+def test_save_into_an_empty_or_new_nested_folder(tmp_path: Path, gpt2: Profile) -> None:
+    (tmp_path / "empty").mkdir()
+    assert main(["analyze", str(GPT2), "--save", str(tmp_path / "empty"), "--quiet"]) == 0
+    assert _kernels(tmp_path / "empty") == gpt2.rows("kernels")
+    assert main(["analyze", str(GPT2), "--save", str(tmp_path / "a" / "b" / "prof"), "--quiet"]) == 0
+    assert _kernels(tmp_path / "a" / "b" / "prof") == gpt2.rows("kernels")
+
+
+def test_a_profile_of_another_version_is_replaced_only_with_force(tmp_path: Path, gpt2: Profile, capsys) -> None:
+    saved = gpt2.save(tmp_path / "prof")
+    meta = saved / "profile.json"
+    meta.write_text(meta.read_text().replace("dnnprof.profile/1", "dnnprof.profile/9"))
+    before = _contents(saved)
+    assert main(["analyze", str(CPU_MLP), "--save", str(saved), "--quiet"]) == 2
+    _one_error_line(capsys, str(saved), "dnnprof.profile/9", "--force")
+    assert _contents(saved) == before
+    assert main(["analyze", str(CPU_MLP), "--save", str(saved), "--quiet", "--force"]) == 0
+    assert Profile.load(saved).meta["source"]["path"] == str(CPU_MLP)
+
+
+def test_a_run_directory_is_not_replaced_by_save(tmp_path: Path, gpt2: Profile, capsys) -> None:
+    run = tmp_path / "run"
+    gpt2.save(run / "profile")
+    (run / "meta.json").write_text('{"format": "dnnprof.run/1"}')
+    assert main(["analyze", str(CPU_MLP), "--save", str(run), "--quiet", "--force"]) == 2
+    _one_error_line(capsys, str(run), "meta.json")
+    assert _kernels(run / "profile") == gpt2.rows("kernels")
+
+
+def test_saved_folder_has_plain_permissions(tmp_path: Path, gpt2: Profile) -> None:
+    old = os.umask(0o022)
+    try:
+        saved = gpt2.save(tmp_path / "prof")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o755  # not mkdtemp's private 0700
+
+
+# --- atomic replacement -------------------------------------------------------------------------------------------
+def test_a_failure_while_writing_leaves_the_earlier_profile(tmp_path: Path, gpt2: Profile, monkeypatch) -> None:
+    import pyarrow.parquet as pq
+
+    saved = gpt2.save(tmp_path / "prof")
+    before = _contents(saved)
+    real, calls = pq.write_table, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", failing)
+    with pytest.raises(OSError, match="No space left"):
+        open_profile(CPU_MLP).save(saved)
+    assert _contents(saved) == before
+    assert _kernels(saved) == gpt2.rows("kernels")
+    _no_leftovers(tmp_path)
+
+
+def _fail_renames_of_the_new_folder(monkeypatch: pytest.MonkeyPatch, target: Path) -> None:
+    """Make putting the new folder in place fail (as a crash at that instant would), by any rename call."""
+    def guard(src: object) -> None:
+        name = Path(str(src)).name
+        if name.startswith(f".{target.name}.") and ".old" not in name:
+            raise OSError(5, "Input/output error")
+
+    real_os_rename, real_path_rename = os.rename, Path.rename
+    monkeypatch.setattr(os, "rename", lambda s, d: (guard(s), real_os_rename(s, d))[1])
+    monkeypatch.setattr(Path, "rename", lambda s, d: (guard(s), real_path_rename(s, d))[1])
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2-exchange", "two-renames"])
+def test_the_swap_never_leaves_the_path_without_a_profile(tmp_path: Path, gpt2: Profile, monkeypatch,
+                                                          exchange: bool) -> None:
+    saved = gpt2.save(tmp_path / "prof")
+    before = _contents(saved)
+    if not exchange:
+        monkeypatch.setattr(outputs, "_exchange", lambda a, b: False)
+    _fail_renames_of_the_new_folder(monkeypatch, saved)
+    cpu = open_profile(CPU_MLP)
+    try:
+        cpu.save(saved)
+    except OSError:
+        assert _contents(saved) == before  # the rename failed: the earlier profile is still there, whole
+        assert _kernels(saved) == gpt2.rows("kernels")
+    else:
+        assert exchange  # one atomic exchange: no rename to fail
+        assert _kernels(saved) == cpu.rows("kernels")
+    _no_leftovers(tmp_path)
+
+
+def test_exchange_swaps_two_folders(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "x").write_text("a")
+    (b / "x").write_text("b")
+    if not outputs._exchange(a, b):
+        pytest.skip("this system has no renameat2(RENAME_EXCHANGE); replace_dir uses two renames")
+    assert (a / "x").read_text() == "b" and (b / "x").read_text() == "a"
+
+
+def test_loading_after_an_interrupted_swap_points_at_the_set_aside_profile(tmp_path: Path, gpt2: Profile) -> None:
+    saved = gpt2.save(tmp_path / "prof")
+    saved.rename(tmp_path / ".prof.old-k2j4")  # a kill between the fallback's two renames
+    with pytest.raises(ProfileError, match=r"\.prof\.old-k2j4"):
+        Profile.load(saved)
+
+
+def test_check_save_target_is_the_api_s_guard_too(tmp_path: Path, gpt2: Profile) -> None:
+    before = _user_folder(tmp_path / "work")
+    with pytest.raises(OutputError, match=r"important\.txt"):
+        gpt2.save(tmp_path / "work", force=True)
+    assert _contents(tmp_path / "work") == before
+    assert check_save_target(tmp_path / "new") == tmp_path / "new"
+
+
+# --- --json, --html, --perfetto -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("option", ["--json", "--html", "--perfetto"])
+def test_an_output_never_overwrites_the_input(tmp_path: Path, option: str, capsys) -> None:
+    trace = tmp_path / "trace.json.gz"
+    shutil.copyfile(CPU_MLP, trace)
+    assert main(["analyze", str(trace), option, str(trace), "--quiet"]) == 2
+    _one_error_line(capsys, str(trace), "input", option)
+    assert trace.read_bytes() == CPU_MLP.read_bytes()
+
+
+def test_an_output_never_overwrites_a_trace_of_an_input_folder(tmp_path: Path, capsys) -> None:
+    shutil.copyfile(CPU_MLP, tmp_path / "rank0.json.gz")
+    assert main(["analyze", str(tmp_path), "--json", str(tmp_path / "rank0.json.gz"), "--quiet"]) == 2
+    _one_error_line(capsys, "rank0.json.gz", "input folder")
+    assert (tmp_path / "rank0.json.gz").read_bytes() == CPU_MLP.read_bytes()
+
+
+@pytest.mark.parametrize("option", ["--json", "--html", "--perfetto"])
+def test_an_output_that_is_a_folder_is_refused(tmp_path: Path, option: str, capsys) -> None:
+    before = _user_folder(tmp_path / "work")
+    assert main(["analyze", str(CPU_MLP), option, str(tmp_path / "work"), "--quiet"]) == 2
+    _one_error_line(capsys, str(tmp_path / "work"), "is a folder")
+    assert _contents(tmp_path / "work") == before
+
+
+@pytest.mark.parametrize("option", ["--json", "--html", "--perfetto", "--save"])
+def test_an_output_under_a_file_is_refused(tmp_path: Path, option: str, capsys) -> None:
+    (tmp_path / "README.md").write_bytes(b"# my project\n")
+    out = tmp_path / "README.md" / "out.json"
+    assert main(["analyze", str(CPU_MLP), option, str(out), "--quiet"]) == 2
+    _one_error_line(capsys, str(out), "is a file, not a folder")
+    assert (tmp_path / "README.md").read_bytes() == b"# my project\n"
+
+
+@pytest.mark.parametrize("option", ["--json", "--html", "--perfetto"])
+def test_outputs_go_into_new_folders_and_replace_earlier_files(tmp_path: Path, option: str) -> None:
+    out = tmp_path / "new" / "dir" / "out"
+    assert main(["analyze", str(CPU_MLP), option, str(out), "--quiet"]) == 0
+    first = out.read_bytes()
+    assert first
+    out.write_bytes(b"stale")
+    assert main(["analyze", str(CPU_MLP), option, str(out), "--quiet"]) == 0
+    assert out.read_bytes() == first
+    _no_leftovers(out.parent)
+
+
+def test_a_failed_html_write_leaves_the_earlier_file(tmp_path: Path, monkeypatch) -> None:
+    import dnnprof.render.html_report as html_report
+
+    out = tmp_path / "report.html"
+    out.write_bytes(b"<html>yesterday's report</html>")
+    # A page that cannot be encoded: the write fails after the file would have been opened.
+    monkeypatch.setattr(html_report, "render_html", lambda doc, top: "<html>" + "\ud800")
+    with pytest.raises(UnicodeEncodeError):
+        main(["analyze", str(CPU_MLP), "--html", str(out), "--quiet"])
+    assert out.read_bytes() == b"<html>yesterday's report</html>"
+    _no_leftovers(tmp_path)
