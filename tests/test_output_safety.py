@@ -23,15 +23,16 @@ from dnnprof.model.profile import Profile, ProfileError, check_save_target
 USER_FILES = {"important.txt": b"results of three weeks\n", "model.pt": bytes(range(256)) * 64}
 
 
-def _user_folder(folder: Path) -> dict[str, bytes]:
+def _user_folder(folder: Path) -> dict[str, object]:
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in USER_FILES.items():
         (folder / name).write_bytes(data)
     return dict(USER_FILES)
 
 
-def _contents(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+def _contents(folder: Path) -> dict[str, object]:
+    """Every file under ``folder`` and its bytes (a sub-folder as a nested dict)."""
+    return {p.name: _contents(p) if p.is_dir() else p.read_bytes() for p in sorted(folder.iterdir())}
 
 
 def _one_error_line(capsys: pytest.CaptureFixture[str], *needles: str) -> str:
@@ -278,3 +279,102 @@ def test_a_failed_html_write_leaves_the_earlier_file(tmp_path: Path, monkeypatch
         main(["analyze", str(CPU_MLP), "--html", str(out), "--quiet"])
     assert out.read_bytes() == b"<html>yesterday's report</html>"
     _no_leftovers(tmp_path)
+
+
+# --- diff, counters, report, sweep, run directories ---------------------------------------------------------------
+def test_diff_json_never_overwrites_one_of_the_runs(tmp_path: Path, capsys) -> None:
+    base = tmp_path / "base.json"
+    assert main(["analyze", str(CPU_MLP), "--json", str(base), "--quiet"]) == 0
+    before = base.read_bytes()
+    assert main(["diff", str(base), str(GPT2), "--json", str(base), "--quiet"]) == 2
+    _one_error_line(capsys, str(base), "input")
+    assert base.read_bytes() == before
+
+
+def test_counters_json_never_overwrites_a_file_of_the_run(tmp_path: Path, gpt2: Profile, capsys) -> None:
+    run = tmp_path / "run"
+    gpt2.save(run / "profile")
+    (run / "meta.json").write_text('{"format": "dnnprof.run/1", "complete": true}')
+    before = (run / "meta.json").read_bytes()
+    assert main(["counters", str(run), "--json", str(run / "meta.json")]) == 2
+    _one_error_line(capsys, "meta.json", "input folder")
+    assert (run / "meta.json").read_bytes() == before
+
+
+def _sweep_dir(tmp_path: Path) -> Path:
+    import json
+
+    from test_sweep_report import make_sweep
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(json.dumps(make_sweep()))
+    return sweep
+
+
+def test_report_out_refuses_a_folder_of_other_files(tmp_path: Path, capsys) -> None:
+    sweep = _sweep_dir(tmp_path)
+    mine = tmp_path / "mine"
+    before = _user_folder(mine)
+    (mine / "report.md").write_bytes(b"# my own report\n")
+    before["report.md"] = b"# my own report\n"
+    assert main(["report", str(sweep), "--out", str(mine), "--quiet"]) == 2
+    _one_error_line(capsys, str(mine), "important.txt")
+    assert _contents(mine) == before
+    # A new folder, then the same one again (it holds only an earlier report), and the sweep folder itself.
+    for out in (tmp_path / "new", tmp_path / "new", sweep):
+        assert main(["report", str(sweep), "--out", str(out), "--quiet"]) == 0
+        assert {"report.md", "report.html", "report.json", "plots"} <= set(_contents_names(out))
+        _no_leftovers(out)
+
+
+def _contents_names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_sweep_out_refuses_a_folder_of_other_files(tmp_path: Path, capsys) -> None:
+    import sys
+
+    from test_sweep_runner import FAKE
+
+    mine = tmp_path / "mine"
+    before = _user_folder(mine)
+    (mine / "trials").mkdir()  # someone's own "trials" folder: never cleared
+    (mine / "trials" / "notes.txt").write_bytes(b"keep\n")
+    rc = main(["sweep", "--device", "cpu", "--batch-sizes", "1", "--out", str(mine), "--profile-points", "none",
+               "--no-report", "--quiet", "--", sys.executable, str(FAKE), "{batch_size}"])
+    assert rc == 2
+    _one_error_line(capsys, str(mine), "no sweep to resume", "important.txt")
+    assert _contents(mine) == {**before, "trials": {"notes.txt": b"keep\n"}}
+
+
+def test_a_sweep_stopped_before_its_first_trial_still_resumes(tmp_path: Path) -> None:
+    import json
+
+    from dnnprof.collect.sweep.store import SweepStore
+    from test_sweep_runner import fake_spec
+
+    spec = fake_spec(tmp_path / "sw", "1").validate()
+    SweepStore(spec.out, spec).open()  # then killed: no trial finished, no trials.jsonl
+    assert json.loads((spec.out / "sweep.json").read_text())["status"] == "running"
+    from dnnprof.collect.sweep import run_sweep
+
+    doc = run_sweep(fake_spec(tmp_path / "sw", "1"))
+    assert doc["status"] == "complete" and [p["batch_size"] for p in doc["points"]] == [1]
+
+
+def test_a_run_never_lands_in_a_folder_that_was_filled_meanwhile(tmp_path: Path) -> None:
+    from dnnprof.collect.rundir import RunDir
+
+    rd = RunDir.create("train", out=tmp_path / "run")
+    before = _user_folder(tmp_path / "run.incomplete")  # someone's folder with the incomplete run's name
+    (rd.staging / "meta.json").write_text("{}")
+    got = rd.finish(False, "interrupted")
+    assert got.name == "run.incomplete-2" and (got / "meta.json").is_file()
+    assert _contents(tmp_path / "run.incomplete") == before
+    rd = RunDir.create("train", out=tmp_path / "run")
+    before = _user_folder(tmp_path / "run")  # filled while the run ran
+    (rd.staging / "meta.json").write_text("{}")
+    got = rd.finish(True)
+    assert got.name == "run-2" and (got / "meta.json").is_file()
+    assert _contents(tmp_path / "run") == before

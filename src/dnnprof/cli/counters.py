@@ -78,10 +78,10 @@ def report_ncu_file(path: Path, json_out: Path | None, top: int, quiet: bool, ht
 
         write_json(doc, json_out)
     if html is not None:
+        from dnnprof.model.outputs import write_text_atomic
         from dnnprof.render.html_report import render_counters_html
 
-        html.parent.mkdir(parents=True, exist_ok=True)
-        html.write_text(render_counters_html(doc, top=max(top, 30)), encoding="utf-8")
+        write_text_atomic(html, render_counters_html(doc, top=max(top, 30)), option="--html")
     if not quiet and str(json_out) != "-":
         from dnnprof.render.counters_table import render_counters
 
@@ -113,6 +113,13 @@ def counters(
     meta_path = run / "meta.json"
     if not meta_path.is_file() or not (run / "profile").is_dir():
         raise UserError(f"{run}: not a dnnprof run directory (no meta.json and profile/)")
+    if json_out is not None and str(json_out) != "-":
+        from dnnprof.model.outputs import OutputError, check_output_file
+
+        try:  # not over a file of the run (its meta.json, summary.json) nor a folder
+            check_output_file(json_out, option="--json", inputs=[run])
+        except OutputError as e:
+            raise UserError(str(e)) from None
     meta = json.loads(meta_path.read_text())
     if not meta.get("complete"):
         raise UserError(f"{run}: the run is incomplete ({meta.get('reason') or meta.get('status')}); counters need a "

@@ -180,10 +180,11 @@ def measured(props: dict[str, Any], refresh: bool = False) -> dict[str, Any]:
     doc = {"format": CACHE_FORMAT, "name": props.get("name"), "uuid": props.get("uuid"),
            "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            **measure_device(int(props.get("index", 0)))}
+    from dnnprof.model.outputs import OutputError, write_text_atomic
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1))
-    except OSError as e:
+        write_text_atomic(path, json.dumps(doc, indent=1))
+    except OutputError as e:
         doc["cache_error"] = str(e)
     return {**doc, "cached": False, "cache_path": str(path)}
 

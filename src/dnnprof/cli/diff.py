@@ -9,6 +9,8 @@ from typing import Any
 
 import typer
 
+from dnnprof.cli.errors import UserError
+
 
 def load_summary(path: Path, rank: int = 0) -> dict[str, Any]:
     """The ``dnnprof.summary/1`` document of ``path``: a summary JSON as written by ``analyze --json``, a run
@@ -39,7 +41,13 @@ def diff(
     """Compare two runs: step time, throughput, GPU busy, and the families, layers, kernels and findings that
     changed most, per step."""
     from dnnprof.analysis.diff import diff_summaries
+    from dnnprof.model.outputs import OutputError, check_output_file
 
+    if json_out is not None and str(json_out) != "-":
+        try:
+            check_output_file(json_out, option="--json", inputs=[base, new])
+        except OutputError as e:
+            raise UserError(str(e)) from None
     doc = diff_summaries(load_summary(base, rank), load_summary(new, rank), top=max(top, 20))
     if json_out is not None:
         from dnnprof.render.json_out import write_json

@@ -12,6 +12,8 @@ import typer
 from dnnprof.cli.errors import UserError
 
 SWEEP_FILE = "sweep.json"
+#: What ``write_reports`` puts in its folder; a folder holding only these is an earlier report, rewritten.
+REPORT_ENTRIES = frozenset({"report.md", "report.html", "report.json", "plots"})
 
 
 _Num = float | None  # msgspec takes ints for these too
@@ -82,6 +84,7 @@ def load_sweep(sweep_dir: Path) -> dict:
 def write_reports(sweep_dir: Path, out: Path | None = None) -> list[Path]:
     """Write report.md (+ plots/*.svg), report.html and report.json; return their paths."""
     from dnnprof.analysis.sweep_report import sweep_report
+    from dnnprof.model.outputs import OutputError, write_text_atomic
     from dnnprof.render.json_out import write_json
     from dnnprof.render.sweep_html import render_html
     from dnnprof.render.sweep_md import render_markdown
@@ -89,24 +92,41 @@ def write_reports(sweep_dir: Path, out: Path | None = None) -> list[Path]:
 
     doc = load_sweep(sweep_dir)
     folder = out or (sweep_dir if sweep_dir.is_dir() else sweep_dir.parent)
-    folder.mkdir(parents=True, exist_ok=True)
+    check_report_folder(folder)
     report = sweep_report(doc)
     plots = sweep_plots(report)
-    (folder / "plots").mkdir(exist_ok=True)
     files = {}
-    for name, (_title, svg) in plots.items():
-        (folder / "plots" / f"{name}.svg").write_text(svg)
-        files[name] = f"plots/{name}.svg"
-    md, html, js = folder / "report.md", folder / "report.html", folder / "report.json"
-    md.write_text(render_markdown(report, files))
-    html.write_text(render_html(report, plots))
-    write_json(report, js)
+    try:
+        for name, (_title, svg) in plots.items():
+            write_text_atomic(folder / "plots" / f"{name}.svg", svg, option="--out")
+            files[name] = f"plots/{name}.svg"
+        md, html, js = folder / "report.md", folder / "report.html", folder / "report.json"
+        write_text_atomic(md, render_markdown(report, files), option="--out")
+        write_text_atomic(html, render_html(report, plots), option="--out")
+        write_json(report, js, option="--out")
+    except OutputError as e:
+        raise UserError(str(e)) from None
     return [md, html, js]
+
+
+def check_report_folder(folder: Path) -> None:
+    """Refuse (UserError) a report folder that is a file, or that holds other things than a sweep or an earlier
+    report: its report.md/.html/.json and plots/ would be written over, or mixed into, someone's files."""
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{folder}: --out is a file; give a folder for the reports")
+    if not folder.is_dir() or (folder / SWEEP_FILE).is_file():
+        return
+    theirs = sorted(p.name for p in folder.iterdir() if p.name not in REPORT_ENTRIES)
+    if theirs:
+        shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+        raise UserError(f"{folder}: --out holds files that are not a dnnprof report ({shown}); use a new or empty "
+                        "folder, or the sweep directory")
 
 
 def report(
     sweep_dir: Path = typer.Argument(..., help="A directory written by dnnprof sweep.", show_default=False),
-    out: Path | None = typer.Option(None, "--out", help="Folder for the reports (default: the sweep directory)."),
+    out: Path | None = typer.Option(None, "--out", help="Folder for the reports (default: the sweep directory): "
+                                                        "new, empty, or one holding an earlier report."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the answers."),
 ) -> None:
     """Answer the four questions of a sweep: bottlenecks, batch size, precision, training vs inference."""

@@ -10,6 +10,7 @@ be complete is ever half written.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import os
 import re
 import subprocess
@@ -88,14 +89,27 @@ class RunDir:
         return self.final if complete else self.final.with_name(self.final.name + INCOMPLETE_SUFFIX)
 
     def finish(self, complete: bool, reason: str = "") -> Path:
-        """Move the staging directory to its final name; an incomplete run is marked as such. Returns the path."""
-        target = self.target(complete)
+        """Move the staging directory to its final name; an incomplete run is marked as such. Returns the path.
+
+        The name is taken only when it is free or an empty folder. When something else is there (a folder made
+        while the run ran, someone's ``<out>.incomplete``), the run goes to ``<name>-2``, ``-3``, … instead:
+        nothing already there is replaced or mixed into.
+        """
+        base = self.target(complete)
         if not complete:
             (self.staging / INCOMPLETE_FILE).write_text((reason or "the run did not complete") + "\n")
-        if target.is_dir() and not any(target.iterdir()):
-            target.rmdir()
-        os.replace(self.staging, target)
-        return target
+        target, n = base, 2
+        while True:
+            if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
+                target.rmdir()
+            if not target.exists() and not target.is_symlink():
+                try:
+                    os.rename(self.staging, target)  # never replaces a non-empty folder or a file
+                    return target
+                except OSError as e:
+                    if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                        raise
+            target, n = base.with_name(f"{base.name}-{n}"), n + 1
 
 
 def git_info(cwd: Path) -> dict[str, Any] | None:

@@ -13,11 +13,11 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from dnnprof.collect.sweep.spec import SweepSpec, SweepSpecError
+from dnnprof.model.outputs import write_bytes_atomic
 
 SCHEMA = "dnnprof.sweep/1"
 SWEEP_FILE = "sweep.json"
@@ -42,17 +42,7 @@ def _clean(x: Any) -> Any:
 
 def write_json_atomic(path: Path, doc: Any) -> None:
     """Write JSON through a temporary file in the same folder, fsync it, and rename it over ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(_clean(doc), f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, (json.dumps(_clean(doc), indent=1) + "\n").encode(), option="--out")
 
 
 class SweepStore:
@@ -73,14 +63,28 @@ class SweepStore:
     def open(self) -> None:
         """Create the directory, or load what an earlier run of the same sweep finished.
 
+        A folder that holds other things and no sweep (no ``sweep.json``, no ``trials.jsonl``) is refused: trials
+        are never mixed into someone's folder, nor ``trials/`` in it cleared. A new sweep writes ``sweep.json``
+        (status ``running``) at once, so the folder is recognised as a sweep even before its first trial ends.
+
         Raises:
-            SweepSpecError: ``out`` is a file, or holds a sweep of another target/device/limit/step count.
+            SweepSpecError: ``out`` is a file, holds files but no sweep, or holds a sweep of another
+                target/device/limit/step count.
         """
         if self.out.exists() and not self.out.is_dir():
             raise SweepSpecError(f"{self.out}: --out exists and is not a directory")
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / TRIALS_DIR).mkdir(exist_ok=True)
         old = self.out / SWEEP_FILE
+        if self.out.is_dir() and not old.is_file() and not (self.out / LOG_FILE).is_file():
+            theirs = sorted(p.name for p in self.out.iterdir())
+            if theirs:  # not a sweep to resume: never mix trials into (or delete from) someone's folder
+                shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+                raise SweepSpecError(f"{self.out}: --out is a folder that holds no sweep to resume but other files "
+                                     f"({shown}); use a new or empty folder")
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / TRIALS_DIR).mkdir(exist_ok=True)
+        except OSError as e:
+            raise SweepSpecError(f"{self.out}: cannot create the sweep directory ({e.strerror})") from None
         if old.is_file():
             try:
                 doc = json.loads(old.read_text())
@@ -99,6 +103,8 @@ class SweepStore:
         for rec in self._read_log():
             self.records[rec["id"]] = rec
         self.resumed = bool(self.records)
+        if not old.is_file():  # mark the folder as a sweep from the start, so a re-run resumes it
+            self.write(status="running", max_batch=[], elapsed_s=0.0, trials_run=0, messages=[])
 
     def _read_log(self) -> list[dict[str, Any]]:
         path = self.out / LOG_FILE
