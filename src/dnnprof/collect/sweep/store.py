@@ -75,9 +75,9 @@ class SweepStore:
             raise SweepSpecError(f"{self.out}: --out exists and is not a directory")
         old = self.out / SWEEP_FILE
         if self.out.is_dir() and not old.is_file() and not (self.out / LOG_FILE).is_file():
-            theirs = sorted(p.name for p in self.out.iterdir())
-            if theirs:  # not a sweep to resume: never mix trials into (or delete from) someone's folder
-                shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+            found = sorted(p.name for p in self.out.iterdir())
+            if found:  # not a sweep to resume: never mix trials into (or delete from) someone's folder
+                shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
                 raise SweepSpecError(f"{self.out}: --out is a folder that holds no sweep to resume but other files "
                                      f"({shown}); use a new or empty folder")
         try:
