@@ -378,3 +378,16 @@ def test_a_run_never_lands_in_a_folder_that_was_filled_meanwhile(tmp_path: Path)
     got = rd.finish(True)
     assert got.name == "run-2" and (got / "meta.json").is_file()
     assert _contents(tmp_path / "run") == before
+
+
+def test_links_are_written_through_never_replaced(tmp_path: Path, capsys) -> None:
+    real = tmp_path / "runs" / "latest.json"
+    real.parent.mkdir()
+    real.write_bytes(b"{}")
+    (tmp_path / "latest.json").symlink_to(real)
+    assert main(["analyze", str(CPU_MLP), "--json", str(tmp_path / "latest.json"), "--quiet"]) == 0
+    assert (tmp_path / "latest.json").is_symlink() and real.read_bytes().startswith(b"{\n")
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    assert main(["analyze", str(CPU_MLP), "--save", str(tmp_path / "gone"), "--quiet"]) == 2
+    _one_error_line(capsys, "broken symbolic link")
+    assert (tmp_path / "gone").is_symlink()

@@ -80,8 +80,11 @@ def check_output_file(path: str | os.PathLike[str], *, option: str = "output",
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, option: str = "output") -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename (fsynced first)."""
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename (fsynced first). A
+    symbolic link is written through: the file it points to is replaced, the link stays."""
     target = check_output_file(path, option=option)
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

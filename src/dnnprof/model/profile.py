@@ -265,6 +265,8 @@ def check_save_target(directory: str | os.PathLike[str], force: bool = False) ->
     directory): dnnprof deletes only what it wrote. A symbolic link to a folder is followed.
     """
     target = Path(directory)
+    if target.is_symlink() and not target.exists():
+        raise OutputError(f"{target}: is a broken symbolic link; give a new folder name or fix the link")
     if target.is_symlink() and target.is_dir():
         target = target.resolve()
     if target.exists() and not target.is_dir():
