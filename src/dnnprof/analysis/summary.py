@@ -94,6 +94,8 @@ def summary_of(a: Analysis) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "source": dict(p.meta.get("source", {"path": "", "format": ""})),
+        "rank": int(rank),
+        "world_size": _world_size(p),
         "device": {
             "name": dev.name if dev else "",
             "compute_capability": dev.compute_capability if dev else "",
@@ -149,6 +151,13 @@ def summary_of(a: Analysis) -> dict[str, Any]:
         doc["ranks"] = ranks
     doc["checks"] = [c.to_dict() for c in profile_checks(a, doc)]
     return doc
+
+
+def _world_size(p: Profile) -> int | None:
+    """Processes in the job, from the trace's ``distributedInfo`` (of any rank); None when it does not say."""
+    infos = [p.meta.get("distributed")] + [m.get("distributed") for m in p.meta.get("per_rank", [])]
+    sizes = [d.get("world_size") for d in infos if isinstance(d, dict)]
+    return next((int(n) for n in sizes if isinstance(n, int) and not isinstance(n, bool) and n > 0), None)
 
 
 def _with_counters(p: Profile, kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:

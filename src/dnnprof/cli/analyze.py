@@ -24,7 +24,7 @@ def analyze(
                                                                   ".json.gz), every rank: host ops, GPU streams "
                                                                   "named by layer, launch flows, steps, counter "
                                                                   "tracks."),
-    rank: int = typer.Option(0, "--rank", help="Rank to report on in a multi-GPU trace."),
+    rank: int | None = typer.Option(None, "--rank", help="Rank to report on in a multi-GPU trace [default: the only rank of a single-rank trace, else 0].", show_default=False),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json, --html, --perfetto "
                                                              "or --save)."),
     force: bool = typer.Option(False, "--force", help="--save may also replace a profile of another dnnprof "

@@ -12,7 +12,7 @@ import typer
 from dnnprof.cli.errors import UserError
 
 
-def load_summary(path: Path, rank: int = 0) -> dict[str, Any]:
+def load_summary(path: Path, rank: int | None = None) -> dict[str, Any]:
     """The ``dnnprof.summary/1`` document of ``path``: a summary JSON as written by ``analyze --json``, a run
     directory (its summary.json, with throughput and memory), or anything ``dnnprof analyze`` reads."""
     if path.is_dir() and (path / "summary.json").is_file():
@@ -35,7 +35,7 @@ def diff(
     new: Path = typer.Argument(..., help="The later run, in any of the same forms.", show_default=False),
     json_out: Path | None = typer.Option(None, "--json", help="Write the dnnprof.diff/1 JSON here ('-' = stdout)."),
     top: int = typer.Option(10, "--top", min=1, help="Rows to show in each table."),
-    rank: int = typer.Option(0, "--rank", help="Rank to compare in multi-GPU traces."),
+    rank: int | None = typer.Option(None, "--rank", help="Rank to compare in multi-GPU traces [default: the only rank of a single-rank trace, else 0].", show_default=False),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json)."),
 ) -> None:
     """Compare two runs: step time, throughput, GPU busy, and the families, layers, kernels and findings that

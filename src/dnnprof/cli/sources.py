@@ -23,13 +23,14 @@ def open_source(path: Path) -> Any:
         raise UserError(str(e)) from None
 
 
-def analysed(path: Path, rank: int = 0) -> tuple[Any, dict[str, Any]]:
+def analysed(path: Path, rank: int | None = None) -> tuple[Any, dict[str, Any]]:
     """The :class:`~dnnprof.analysis.summary.Analysis` of one rank of ``path`` and its summary document with the
-    findings."""
+    findings. ``rank`` None: the only rank of a single-rank input (a cluster job's rank-34 file), else rank 0."""
     from dnnprof.analysis.rules import findings_from_analysis
     from dnnprof.analysis.summary import analyse, summary_of
 
     profile = open_source(path)
+    rank = default_rank(profile.ranks) if rank is None else rank
     if rank not in profile.ranks:
         raise UserError(f"{path}: no rank {rank} (ranks in the trace: {profile.ranks})")
     analysis = analyse(profile, rank=rank)
@@ -52,6 +53,11 @@ def run_extras(path: Path) -> dict[str, Any] | None:
         return run_dir_extras(path)
     except AssembleError as e:
         raise UserError(f"{path}: {e}") from None
+
+
+def default_rank(ranks: list[int]) -> int:
+    """The rank to report on when the user named none: the only one there is, else 0."""
+    return int(ranks[0]) if len(ranks) == 1 else 0
 
 
 def _assemble(run_dir: Path) -> Any:

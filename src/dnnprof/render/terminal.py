@@ -17,6 +17,14 @@ __all__ = ["bytes_text", "pct_text", "render", "straggler_text", "us_text"]
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
 
+def _rank_text(doc: dict[str, Any]) -> str:
+    """", rank 34 of 300" when the report is of one rank of a distributed job (or of a rank other than 0)."""
+    rank, world = doc.get("rank"), doc.get("world_size")
+    if rank is None or (rank == 0 and not (world and world > 1)):
+        return ""
+    return f", rank {rank}" + (f" of {world}" if world else "")
+
+
 def _header(doc: dict[str, Any]) -> Panel:
     dev, steps, gpu = doc["device"], doc["steps"], doc["gpu"]
     lines = Text()
@@ -27,7 +35,7 @@ def _header(doc: dict[str, Any]) -> Panel:
         lines.append(f", {dev['sm_count']} SMs")
     if dev.get("memory_bytes"):
         lines.append(f", {bytes_text(dev['memory_bytes'])}")
-    lines.append(f"\nsource: {doc['source'].get('path', '')} ({doc['source'].get('format', '')})\n")
+    lines.append(f"\nsource: {doc['source'].get('path', '')} ({doc['source'].get('format', '')}){_rank_text(doc)}\n")
     for note in doc["source"].get("notes") or []:
         lines.append(f"note: {note}\n", style="yellow")
     if steps["count"]:
