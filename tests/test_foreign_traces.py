@@ -47,3 +47,28 @@ def test_rank_option_still_checked(capsys: pytest.CaptureFixture[str]) -> None:
 def test_several_ranks_default_to_rank_0(tmp_path: Path) -> None:
     assert summary(tmp_path, "hta__trace_filter_2ranks")["rank"] == 0
     assert summary(tmp_path, "hta__trace_filter_2ranks", "--rank", "1")["rank"] == 1
+
+
+# --- legacy Kineto (torch 1.8/1.9: Operator, Runtime, Kernel, Memcpy, Memset) ------------------------------------
+@pytest.mark.parametrize("name", ["kineto__tbplugin_resnet50_workers0.json.gz",
+                                  "kineto__tbplugin_resnet50_workers4.json.gz"])
+def test_legacy_profiler_steps_phases_and_attribution(tmp_path: Path, name: str) -> None:
+    doc = summary(tmp_path, name)
+    steps = doc["steps"]
+    assert (steps["source"], steps["count"]) == ("profiler_step", 6)  # ProfilerStep#5 … #10 under cat "Operator"
+    assert doc["attribution"]["attributed_pct"] > 95  # launches link to kernels through args.correlation
+    ph = doc["phases"]
+    assert ph["forward_us"] > 0 and ph["backward_us"] > ph["forward_us"] and ph["optimizer_us"] > 0
+    assert ph["other_us"] < 0.05 * sum(ph.values())
+    assert doc["gpu"]["memcpy_us"] > 0 and sum(m["count"] for m in doc["memcpy"]) == 12
+    assert doc["gpu"]["idle_breakdown_us"].get("host_launch", 0) > 0  # runtime calls are read
+    # record_function ranges are annotations, not host operators
+    assert not any(o["name"].startswith(("ProfilerStep#", "Optimizer.step#")) for o in doc["host_ops"])
+    assert "no-steps" not in {f["id"] for f in doc["findings"]}
+
+
+def test_legacy_autograd_api_trace_finds_optimizer_steps(tmp_path: Path) -> None:
+    doc = summary(tmp_path, "kineto__tbplugin_resnet50_autograd_api_2021-01.json.gz")
+    assert doc["steps"]["source"] == "optimizer" and doc["steps"]["count"] >= 4  # Optimizer.step#SGD.step ranges
+    assert doc["attribution"]["attributed_pct"] > 90
+    assert doc["phases"]["backward_us"] > doc["phases"]["forward_us"] > 0

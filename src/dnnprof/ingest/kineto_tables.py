@@ -26,6 +26,13 @@ TABLE_OF_CATEGORY = {
     "kernel": "kernels", "Kernel": "kernels", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
     "gpu_user_annotation": "gpu_annotations", "cuda_sync": "syncs",
 }
+#: torch 1.8/1.9 Kineto categories → today's (``Kernel`` has a table of its own). Runtime calls and GPU activities of
+#: those versions carry ``args.correlation`` as today's do, so launches link to kernels the same way.
+LEGACY_CATEGORIES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
+#: Those versions filed ``record_function`` ranges (``ProfilerStep#5``, ``Optimizer.step#SGD.step``,
+#: ``enumerate(DataLoader)#…``) as ``Operator`` too; today they are ``user_annotation``. Their names hold a ``#``,
+#: which no ATen op or autograd node name has.
+_LEGACY_ANNOTATION_MARK = "#"
 #: Categories in the order their rows are concatenated before the stable sort of each table.
 _SOURCES = {
     "ops": OP_CATEGORIES, "runtime": ("cuda_runtime", "cuda_driver"), "kernels": ("kernel", "Kernel"),
@@ -155,6 +162,8 @@ class EventColumns:
     def add(self, buckets: dict[str, list[Any]]) -> None:
         """Columns of one chunk's complete ('X') events, grouped by category; categories without a table are
         ignored."""
+        if not LEGACY_CATEGORIES.keys().isdisjoint(buckets):
+            buckets = modern_categories(buckets)
         for cat, evs in buckets.items():
             table = TABLE_OF_CATEGORY.get(cat)
             if table is None or not evs:
@@ -366,6 +375,22 @@ class EventColumns:
             t["dst_mem"][:] = self._by_name(names, _memset_kind)
             t["bytes"][:] = cols["bytes"][order]
         return t
+
+
+def modern_categories(buckets: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Events bucketed by category with the legacy (torch 1.8/1.9) categories renamed (:data:`LEGACY_CATEGORIES`),
+    ``record_function`` ranges among legacy ``Operator`` events moved to ``user_annotation``; file order kept."""
+    out: dict[str, list[Any]] = {}
+    for cat, evs in buckets.items():
+        new = LEGACY_CATEGORIES.get(cat)
+        if new is None:
+            out.setdefault(cat, []).extend(evs)
+        elif cat == "Operator":
+            for e in evs:
+                out.setdefault("user_annotation" if _LEGACY_ANNOTATION_MARK in e.name else new, []).append(e)
+        else:
+            out.setdefault(new, []).extend(evs)
+    return out
 
 
 def link_by_correlation(gpu: dict[str, np.ndarray], runtime: dict[str, np.ndarray]) -> None:
