@@ -72,3 +72,62 @@ def test_legacy_autograd_api_trace_finds_optimizer_steps(tmp_path: Path) -> None
     assert doc["steps"]["source"] == "optimizer" and doc["steps"]["count"] >= 4  # Optimizer.step#SGD.step ranges
     assert doc["attribution"]["attributed_pct"] > 90
     assert doc["phases"]["backward_us"] > doc["phases"]["forward_us"] > 0
+
+
+# --- what the device is, and what the trace does not hold --------------------------------------------------------
+def test_runtime_calls_without_gpu_records_are_not_called_cpu_only(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    doc = summary(tmp_path, "hta__cupti_profiler_counters.json.gz")  # CUPTI range-profiler (counter) mode
+    gpu = doc["gpu"]
+    assert not gpu["has_activity"] and (gpu["runtime_calls"], gpu["launch_calls"]) == (1862, 77)
+    assert "range-profiler" in gpu["activity_note"] and "1,862 runtime calls (77 kernel launches)" in gpu["activity_note"]
+    assert gpu["busy_pct"] is None  # no share of a window that holds nothing
+    out = report(capsys, "hta__cupti_profiler_counters.json.gz")
+    assert "CPU-only" not in out and "GPU activity not recorded" in out
+
+
+def test_gpu_trace_without_runtime_calls_stays_cpu_only(tmp_path: Path) -> None:
+    gpu = summary(tmp_path, "hta__distributed_info_missing.json.gz")["gpu"]  # an A100 box, CPU ops only
+    assert (gpu["has_activity"], gpu["runtime_calls"], gpu["activity_note"]) == (False, 0, None)
+
+
+def test_mtia_device_has_no_sentinel_properties(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = summary(tmp_path, "hta__mtia_inference_rank0.json.gz")
+    assert doc["device"] == {"name": "ARTEMIS", "compute_capability": "", "sm_count": None, "memory_bytes": None,
+                             "vendor": "meta"}
+    assert "MTIA device activity (1,313 device events) is not analysed" in doc["gpu"]["activity_note"]
+    head = report(capsys, "hta__mtia_inference_rank0.json.gz").split("Top host ops")[0]
+    assert "Meta MTIA ARTEMIS" in head and "-1" not in head and "CPU-only" not in head
+
+
+@pytest.mark.parametrize(("name", "vendor"), [("hta__alexnet_critical_path.json.gz", "nvidia"),
+                                              ("hta__trace_filter_2ranks", "nvidia"),  # no deviceProperties: cuda* calls
+                                              ("kineto__tbplugin_resnet50_autograd_api_2021-01.json.gz", "nvidia"),
+                                              ("hta__mtia_rank0.json.gz", "meta"),
+                                              ("hta__mi250_minitoy_train.json.gz", "amd")])
+def test_vendor_is_detected(tmp_path: Path, name: str, vendor: str) -> None:
+    assert summary(tmp_path, name)["device"]["vendor"] == vendor
+
+
+def test_amd_trace_gets_no_nvidia_labels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = summary(tmp_path, "hta__mi250_minitoy_train.json.gz")
+    assert doc["gpu"]["tensor_core_pct"] is None
+    assert all(k.get("theoretical_occupancy_pct") is None for k in doc["kernels"])
+    head = report(capsys, "hta__mi250_minitoy_train.json.gz").split("Top kernels")[0]
+    assert "sm_90" not in head and "104 CUs" in head and "tensor cores: not applicable on AMD" in head
+
+
+def test_nvidia_only_rules_stay_quiet_on_amd(tmp_path: Path, variant: Any) -> None:
+    """The MI250 trace with its Tensile GEMMs named as rocBLAS names fp16 GEMMs: NVIDIA's tensor-core name
+    heuristics would call them 'tensor cores unused'."""
+    def edit(doc: dict[str, Any]) -> None:
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "kernel" and e.get("name", "").startswith("Cijk_"):
+                e["name"] = "rocblas_hgemm_tn_kernel"
+
+    path = variant(FOREIGN / "hta__mi250_minitoy_train.json.gz", edit, "mi250_fp16.json")
+    out = tmp_path / "s.json"
+    assert main(["analyze", str(path), "--json", str(out), "--quiet"]) == 0
+    ids = {f["id"] for f in json.loads(out.read_text())["findings"]}
+    assert ids.isdisjoint({"tensor-cores-unused", "amp-not-used", "low-occupancy"}), ids
+    assert "launch-bound" in ids  # vendor-neutral rules still run

@@ -21,7 +21,7 @@ from dnnprof.analysis.steps import step_source, with_steps
 from dnnprof.analysis.utilization import Utilization, utilization
 from dnnprof.model.device import DeviceInfo
 from dnnprof.model.profile import Profile
-from dnnprof.model.schema import DEVICE_TYPES, MEMCPY_KINDS, MEMORY_KINDS
+from dnnprof.model.schema import API_KINDS, DEVICE_TYPES, MEMCPY_KINDS, MEMORY_KINDS
 
 SCHEMA = "dnnprof.summary/1"
 #: Host ops listed in the summary (by self time); the saved profile keeps all of them.
@@ -47,7 +47,9 @@ def analyse(profile: Profile, rank: int = 0) -> Analysis:
     attribution = attribute(profile)
     util = utilization(profile, rank=rank)
     device = profile.device(util.device, rank) or (profile.devices[0] if profile.devices else None)
-    occupancy = kernel_occupancy(profile.tables["kernels"], device) if device is not None else None
+    # The occupancy calculator holds NVIDIA's per-architecture limits: no answer for other vendors' devices.
+    occupancy = kernel_occupancy(profile.tables["kernels"], device) \
+        if device is not None and device_vendor(profile, device) in ("", "nvidia") else None
     return Analysis(profile=profile, attribution=attribution,
                     kernels=kernel_summary(profile, attribution, rank=rank, occupancy=occupancy),
                     utilization=util, rank=rank)
@@ -91,6 +93,7 @@ def summary_of(a: Analysis) -> dict[str, Any]:
     phases = group_by(np.array([PHASES[i] for i in phase_of], dtype=object), kd)
     phase_ns = {g.name: g.total_ns for g in phases}
     layer_rows = group_by(layer_of, kd) if kd.size else []
+    vendor = device_vendor(p, dev)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "source": dict(p.meta.get("source", {"path": "", "format": ""})),
@@ -99,8 +102,10 @@ def summary_of(a: Analysis) -> dict[str, Any]:
         "device": {
             "name": dev.name if dev else "",
             "compute_capability": dev.compute_capability if dev else "",
-            "sm_count": dev.sm_count if dev else None,
-            "memory_bytes": dev.memory_bytes if dev else None,
+            # -1 (and 0) are "the trace did not say" (an MTIA trace's deviceProperties), never a count
+            "sm_count": dev.sm_count if dev and dev.sm_count > 0 else None,
+            "memory_bytes": dev.memory_bytes if dev and dev.memory_bytes > 0 else None,
+            "vendor": vendor or None,
         },
         "steps": {
             "count": int(host.size),
@@ -115,13 +120,16 @@ def summary_of(a: Analysis) -> dict[str, Any]:
             "has_activity": p.has_gpu_activity,
             "device_index": u.device,
             "window_us": _us(window),
-            "busy_pct": _num(u.busy_pct),
+            "busy_pct": _num(u.busy_pct) if p.has_gpu_activity else None,  # no share of nothing
             "kernel_us": _us(u.total("kernel_ns")),
             "memcpy_us": _us(u.total("memcpy_ns")),
             "memset_us": _us(u.total("memset_ns")),
             "idle_us": _us(u.total("idle_ns")),
             "idle_breakdown_us": {c: _us(v) for c, v in u.idle_by_cause_ns().items()},
-            "tensor_core_pct": _num(100.0 * tc_ns / kernel_total) if kernel_total else None,
+            # tensor cores are told from NVIDIA kernel names: not applicable to other vendors' kernels
+            "tensor_core_pct": _num(100.0 * tc_ns / kernel_total) if kernel_total and vendor in ("", "nvidia")
+            else None,
+            **_host_side_json(p, rank, vendor),
             "window": "whole_trace" if u.whole_trace else "steps",
             **_collectives_json(u, window),
         },
@@ -151,6 +159,43 @@ def summary_of(a: Analysis) -> dict[str, Any]:
         doc["ranks"] = ranks
     doc["checks"] = [c.to_dict() for c in profile_checks(a, doc)]
     return doc
+
+
+def device_vendor(p: Profile, dev: DeviceInfo | None) -> str:
+    """``"nvidia"``, ``"amd"``, ``"meta"`` or ``""``: the device's, else what ingest read from the trace's events."""
+    if dev is not None and dev.vendor:
+        return dev.vendor
+    metas = [p.meta, *p.meta.get("per_rank", [])]
+    return next((str(m["device_vendor"]) for m in metas if m.get("device_vendor")), "")
+
+
+def _host_side_json(p: Profile, rank: int, vendor: str) -> dict[str, Any]:
+    """``runtime_calls``, ``launch_calls`` (the rank's CUDA/HIP runtime calls and kernel launches among them) and
+    ``activity_note``: when the trace has no GPU activity records, what it holds instead, in a sentence (None when
+    it has them, or when it holds nothing that would have run on a device: a CPU-only profile)."""
+    rt = p.tables["runtime"]
+    mine = rt["rank"] == rank if rt["rank"].size else np.ones(0, dtype=bool)
+    calls = int(mine.sum())
+    launches = int((mine & np.isin(rt["api_kind"], [API_KINDS.index("launch"), API_KINDS.index("graph_launch")])).sum())
+    counts: dict[str, int] = {}
+    for m in (p.meta, *p.meta.get("per_rank", [])):
+        for c, n in (m.get("event_counts") or {}).items():
+            counts[c] = counts.get(c, 0) + int(n)
+    note = None
+    if not p.has_gpu_activity:
+        ranges = counts.get("cuda_profiler_range", 0)
+        mtia = sum(n for c, n in counts.items() if c.startswith("mtia_") and c != "mtia_runtime")
+        if vendor == "meta" or mtia:
+            note = (f"MTIA device activity ({mtia:,} device events) is not analysed: dnnprof reads CUDA and ROCm GPU "
+                    "activity; the report covers the host side only")
+        elif calls:
+            note = (f"GPU activity not recorded: the trace holds {calls:,} runtime calls ({launches:,} kernel launches)"
+                    " but no kernel, memcpy or memset records; "
+                    + (f"it was taken in CUPTI range-profiler (counter) mode ({ranges:,} cuda_profiler_range "
+                       "events), which records counters instead of activities" if ranges else
+                       "likely CUPTI profiler/range mode or GPU activity dropped by the profiler (activities not "
+                       "enabled, or the buffer overflowed)"))
+    return {"runtime_calls": calls, "launch_calls": launches, "activity_note": note}
 
 
 def _world_size(p: Profile) -> int | None:

@@ -4,7 +4,10 @@ Format drift across torch 2.0–2.11 is handled here and nowhere else:
 * ``ts``/``dur`` are µs floats, relative to ``baseTimeNanoseconds`` (torch ≥ 2.3) or absolute epoch µs (older);
 * the kernel category is ``kernel`` or ``Kernel``; ``pid``/``tid`` may be ints or strings;
 * ``distributedInfo`` may be missing (single process), as may ``deviceProperties`` (CPU-only traces);
-* args appear and disappear between versions (``Record function id``, ``graph id``, ``occupancy`` …).
+* args appear and disappear between versions (``Record function id``, ``graph id``, ``occupancy`` …);
+* torch 1.8/1.9 wrote other category names (``Operator``, ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``, with
+  ``record_function`` ranges under ``Operator``): :data:`~dnnprof.ingest.kineto_tables.LEGACY_CATEGORIES`;
+* ROCm and MTIA builds write the same format for other vendors' devices (:mod:`dnnprof.ingest.vendor`).
 
 The file is streamed: gunzipped in pieces, split into arrays of a few thousand whole events
 (:mod:`dnnprof.ingest.trace_stream`), each decoded with msgspec typed structs for the fields dnnprof needs and
@@ -21,6 +24,7 @@ import contextlib
 import gc
 import zlib
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, Union, get_args
 
@@ -31,6 +35,7 @@ from dnnprof.ingest.errors import TraceError
 from dnnprof.ingest.kineto_tables import EventColumns
 from dnnprof.ingest.nesting import distinct
 from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, read_pieces, split_events
+from dnnprof.ingest.vendor import vendor_of_events, vendor_of_name
 from dnnprof.model.device import DeviceInfo
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
@@ -447,6 +452,7 @@ def _build(path: Path, rank: int | None, cols: EventColumns, trace: _Trace) -> P
     profile = Profile()
     profile.tables.update(cols.tables(profile, rank))
     profile.devices = _devices(trace.deviceProperties, rank)
+    _vendor(profile, cols)
     base = trace.baseTimeNanoseconds
     profile.meta.update({
         "source": {"path": str(path), "format": "kineto"},
@@ -461,6 +467,19 @@ def _build(path: Path, rank: int | None, cols: EventColumns, trace: _Trace) -> P
     })
     _profiler_steps(profile, rank)
     return profile
+
+
+def _vendor(profile: Profile, cols: EventColumns) -> None:
+    """Record who made the accelerator (``DeviceInfo.vendor``, ``meta["device_vendor"]``) and how many complete
+    events each category had (``meta["event_counts"]``: what the trace holds beyond the tables, such as CUPTI
+    range-profiler records or MTIA device events)."""
+    def names(table: str) -> list[str]:
+        return [profile.strings[i] for i in distinct(profile.tables[table]["name_id"]).tolist() if i >= 0]
+
+    from_events = vendor_of_events(cols.categories, names("runtime"), names("kernels"))
+    profile.devices = [replace(d, vendor=vendor_of_name(d.name) or from_events) for d in profile.devices]
+    profile.meta["device_vendor"] = next((d.vendor for d in profile.devices if d.vendor), from_events)
+    profile.meta["event_counts"] = dict(sorted(cols.categories.items()))
 
 
 def _profiler_steps(profile: Profile, rank: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -153,6 +154,7 @@ class EventColumns:
         self._parts: dict[str, list[dict[str, np.ndarray]]] = {}
         self._memory: list[dict[str, np.ndarray]] = []  # columns of `[memory]` instants, per chunk
         self.flows: list[tuple[bool, Any, Any, Any]] = []  # fwdbwd flow points: (is_start, id, tid, ts_us)
+        self.categories: Counter[str] = Counter()  # complete events per category as the file names it
         # Set by tables(): local string ids in order, local id → profile id ([-1] stays -1), the profile.
         self._keys: list[str] = []
         self._lut = np.empty(0, dtype=np.int32)
@@ -162,6 +164,8 @@ class EventColumns:
     def add(self, buckets: dict[str, list[Any]]) -> None:
         """Columns of one chunk's complete ('X') events, grouped by category; categories without a table are
         ignored."""
+        for cat, evs in buckets.items():
+            self.categories[cat] += len(evs)
         if not LEGACY_CATEGORIES.keys().isdisjoint(buckets):
             buckets = modern_categories(buckets)
         for cat, evs in buckets.items():

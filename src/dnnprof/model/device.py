@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+#: ``DeviceInfo.vendor`` values and how a report names their devices.
+VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "meta": "Meta MTIA"}
+
 
 @dataclass(frozen=True)
 class DeviceInfo:
@@ -25,6 +28,8 @@ class DeviceInfo:
     shared_memory_per_block_optin_bytes: int = -1
     shared_memory_per_sm_bytes: int = -1
     rank: int = 0
+    #: Who made it: "nvidia", "amd", "meta" (MTIA) or "" when the source did not say (see :data:`VENDOR_NAMES`).
+    vendor: str = ""
 
     @property
     def compute_capability(self) -> str:

@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from dnnprof.model.device import VENDOR_NAMES
 from dnnprof.render.evidence import gain_text, offenders
 from dnnprof.render.units import bytes_text, pct_text, us_text
 
@@ -28,12 +29,21 @@ def _rank_text(doc: dict[str, Any]) -> str:
 def _header(doc: dict[str, Any]) -> Panel:
     dev, steps, gpu = doc["device"], doc["steps"], doc["gpu"]
     lines = Text()
-    name = dev.get("name") or ("CPU (no GPU in this profile)" if not gpu.get("has_activity", True) else "unknown device")
-    cc = f" (sm_{dev['compute_capability'].replace('.', '')})" if dev.get("compute_capability") else ""
-    lines.append(f"{name}{cc}", style="bold")
-    if dev.get("sm_count"):
-        lines.append(f", {dev['sm_count']} SMs")
-    if dev.get("memory_bytes"):
+    vendor = dev.get("vendor") or ""
+    cpu_only = not gpu.get("has_activity", True) and not gpu.get("activity_note")
+    words = VENDOR_NAMES.get(vendor, vendor)
+    name = dev.get("name") or ("CPU (no GPU in this profile)" if cpu_only and not vendor
+                               else f"{words} {'accelerator' if vendor == 'meta' else 'GPU'} (no device properties "
+                                    "in the trace)" if vendor else "unknown device")
+    if vendor and vendor != "nvidia" and words.split()[0].lower() not in name.lower():
+        name = f"{words} {name}"  # "ARTEMIS" → "Meta MTIA ARTEMIS"
+    cc = dev.get("compute_capability")
+    # sm_XY is NVIDIA's spelling; ROCm reports a gfx major.minor in the same fields
+    cc_text = "" if not cc else f" (sm_{cc.replace('.', '')})" if vendor in ("", "nvidia") else f" (compute {cc})"
+    lines.append(f"{name}{cc_text}", style="bold")
+    if isinstance(dev.get("sm_count"), int) and dev["sm_count"] > 0:
+        lines.append(f", {dev['sm_count']} {'CUs' if vendor == 'amd' else 'SMs'}")
+    if isinstance(dev.get("memory_bytes"), int) and dev["memory_bytes"] > 0:
         lines.append(f", {bytes_text(dev['memory_bytes'])}")
     lines.append(f"\nsource: {doc['source'].get('path', '')} ({doc['source'].get('format', '')}){_rank_text(doc)}\n")
     for note in doc["source"].get("notes") or []:
@@ -46,7 +56,7 @@ def _header(doc: dict[str, Any]) -> Panel:
     else:
         lines.append("steps: none found — the whole trace is one window\n", style="yellow")
     if not gpu.get("has_activity", True):
-        lines.append("no GPU activity in this trace (CPU-only profile)", style="yellow")
+        lines.append(gpu.get("activity_note") or "no GPU activity in this trace (CPU-only profile)", style="yellow")
         return Panel(lines, title="dnnprof", expand=False)
     lines.append(f"GPU busy {pct_text(gpu['busy_pct'])}", style="bold")
     if unreliable(doc, "gpu.busy_pct"):
@@ -61,7 +71,9 @@ def _header(doc: dict[str, Any]) -> Panel:
     if gpu.get("collectives_only_us"):
         lines.append(f"collectives alone (transfer, or waiting for other ranks): {us_text(gpu['collectives_only_us'])}, "
                      f"{pct_text(gpu.get('collectives_only_pct'))} of the window\n")
-    lines.append(f"tensor cores: {pct_text(gpu.get('tensor_core_pct'))} of kernel time; "
+    tc = f"{pct_text(gpu.get('tensor_core_pct'))} of kernel time" if vendor in ("", "nvidia") \
+        else f"not applicable on {words} devices"
+    lines.append(f"tensor cores: {tc}; "
                  f"attribution: {doc.get('attribution', {}).get('level', '?')} level, "
                  f"{pct_text(doc.get('attribution', {}).get('attributed_pct'))} of kernel time")
     return Panel(lines, title="dnnprof", expand=False)
@@ -81,9 +93,14 @@ def _kernels(doc: dict[str, Any], top: int) -> Table:
                    *columns[8:])
     for col, just, width in columns:
         t.add_column(col, justify=just, no_wrap=True, overflow="ellipsis", max_width=width)
+    nvidia = (doc.get("device") or {}).get("vendor") in (None, "", "nvidia")
+
+    def tc_mark(k: dict[str, Any]) -> str:  # tensor cores are read from NVIDIA kernel names only
+        return ("✓" if k.get("tensor_core") else "") if nvidia else "-"
+
     for k in doc["kernels"][:top]:
         cells = [pct_text(k["pct"]), us_text(k["total_us"]), f"{k['calls']:,}", us_text(k["mean_us"]), us_text(k["max_us"]),
-                 k["family"], "✓" if k.get("tensor_core") else "", pct_text(k.get(occ_key))]
+                 k["family"], tc_mark(k), pct_text(k.get(occ_key))]
         if counters:
             cells += [pct_text(k.get("sm_throughput_pct")), pct_text(k.get("memory_throughput_pct")), k.get("bound") or "-"]
         t.add_row(*cells, k["phase"], k["layer"] or "-", k["short_name"])

@@ -45,6 +45,8 @@ def run_rules(ctx: Context, only: set[str] | None = None) -> list[Finding]:
     for spec in REGISTRY.values():
         if only is not None and spec.id not in only:
             continue
+        if spec.nvidia_only and ctx.vendor not in ("", "nvidia"):
+            continue
         f = spec.fn(ctx)
         if f is not None:
             found.append(f)

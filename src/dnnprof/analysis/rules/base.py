@@ -85,24 +85,27 @@ RuleFn = Callable[["Context"], "Finding | None"]
 
 @dataclass(frozen=True)
 class RuleSpec:
-    """A registered rule: its public id, the function, and the catalogue group it belongs to."""
+    """A registered rule: its public id, the function, the catalogue group it belongs to, and whether it rests on
+    NVIDIA-only knowledge (kernel names of NVIDIA libraries, occupancy tables per compute capability): such a rule
+    stays quiet on another vendor's device rather than print NVIDIA conclusions."""
 
     id: str
     fn: RuleFn
     group: str
+    nvidia_only: bool = False
 
 
 #: Every rule, in registration order. Ids are a public contract (docs/findings.md).
 REGISTRY: dict[str, RuleSpec] = {}
 
 
-def rule(rule_id: str, group: str) -> Callable[[RuleFn], RuleFn]:
+def rule(rule_id: str, group: str, nvidia_only: bool = False) -> Callable[[RuleFn], RuleFn]:
     """Register ``fn`` as the rule ``rule_id`` (a decorator); ids must be unique."""
 
     def deco(fn: RuleFn) -> RuleFn:
         if rule_id in REGISTRY:
             raise ValueError(f"rule id {rule_id!r} registered twice")
-        REGISTRY[rule_id] = RuleSpec(rule_id, fn, group)
+        REGISTRY[rule_id] = RuleSpec(rule_id, fn, group, nvidia_only)
         return fn
 
     return deco

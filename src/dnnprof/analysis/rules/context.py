@@ -134,6 +134,11 @@ class Context:
         return self.spec.sm_count if self.spec else None
 
     @cached_property
+    def vendor(self) -> str:
+        """``"nvidia"``, ``"amd"``, ``"meta"`` or ``""`` (unknown): who made the device, as ingest read it."""
+        return str(self.doc.get("device", {}).get("vendor") or (self.device.vendor if self.device else ""))
+
+    @cached_property
     def compute_major(self) -> int | None:
         dev = self.device
         if dev and dev.compute_major >= 0:

@@ -72,7 +72,7 @@ def _throughput(dk: dict[str, Any]) -> float | None:
     return max(vals) if vals else None
 
 
-@rule("low-occupancy", group="kernels")
+@rule("low-occupancy", group="kernels", nvidia_only=True)
 def low_occupancy(ctx: Context) -> Finding | None:
     """Kernels that keep few warps resident per SM, outside the libraries' matrix kernels.
 

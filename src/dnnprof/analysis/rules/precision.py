@@ -132,7 +132,7 @@ def _mostly_in(ctx: Context, rows: list[KernelRow]) -> str:
     return f", mostly in {', '.join(layers)}" if layers else ""
 
 
-@rule("amp-not-used", group="precision")
+@rule("amp-not-used", group="precision", nvidia_only=True)
 def amp_not_used(ctx: Context) -> Finding | None:
     """Matrix products run in fp32 (on the FMA pipes, or as TF32) where bf16/fp16 would be 2-15x faster.
 
@@ -231,7 +231,7 @@ def _measured_unaligned(ctx: Context, unaligned: list[KernelRow]) -> tuple[dict[
     return out, rate, words
 
 
-@rule("tensor-cores-unused", group="precision")
+@rule("tensor-cores-unused", group="precision", nvidia_only=True)
 def tensor_cores_unused(ctx: Context) -> Finding | None:
     """Half-precision matrix work that misses the fast tensor-core path.
 
