@@ -22,7 +22,7 @@ FOREIGN = Path(__file__).resolve().parents[2] / "shared" / "foreign"
 ENTRIES = sorted(p for p in FOREIGN.glob("*") if p.suffix != ".md") if FOREIGN.is_dir() else []
 #: Inputs dnnprof does not read, and what the one-line error must say.
 NOT_READ = {
-    "hta__memory_timeline_raw.gz": "not a Chrome/Kineto trace",  # torch export_memory_timeline raw output
+    "hta__memory_timeline_raw.gz": "a JSON array whose items are not trace events",  # export_memory_timeline raw
     "hta__pytorch_execution_trace_et.json.gz": "not a Chrome/Kineto trace (no 'traceEvents')",  # Chakra ET
     "memfusion__rtx3090_trt_conv_nsys.sqlite": "Nsight Systems SQLite exports are not supported yet",
 }

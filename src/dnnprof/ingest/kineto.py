@@ -224,7 +224,8 @@ def _decode(path: Path, data: bytes, tally: Counter[str] | None = None) -> _Trac
         if not data.strip():
             raise TraceError(f"{path}: empty file")
         stripped = data.lstrip()
-    if stripped[:1] == b"[":  # the Chrome trace format also allows a bare array of events
+    bare = stripped[:1] == b"["
+    if bare:  # the Chrome trace format also allows a bare array of events
         data = b'{"traceEvents":' + data + b"}"
     elif stripped[:1] != b"{":
         raise TraceError(f"{path}: not JSON (starts with {stripped[:16]!r})")
@@ -236,6 +237,9 @@ def _decode(path: Path, data: bytes, tally: Counter[str] | None = None) -> _Trac
         try:
             return _coerce(msgspec.json.decode(data, type=_LenientTrace), tally)
         except msgspec.ValidationError as e:
+            if bare and "$.traceEvents[" in str(e):
+                raise TraceError(f"{path}: a JSON array whose items are not trace events: not a Chrome/Kineto trace "
+                                 "(torch.profiler's export_memory_timeline raw output is such an array)") from None
             raise TraceError(f"{path}: JSON but not a Chrome/Kineto trace ({e})") from None
         except msgspec.DecodeError as e:
             raise TraceError(f"{path}: invalid JSON ({e})") from None
