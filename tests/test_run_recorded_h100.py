@@ -45,7 +45,7 @@ def test_every_timed_kernel_joins_its_op_and_layer(assembled: tuple) -> None:
 def test_the_summary_is_the_one_the_gpu_run_wrote(assembled: tuple) -> None:
     _, profile, _, expected = assembled
     s = summarize(profile)
-    assert s["gpu"] == expected["gpu"]
+    assert {k: s["gpu"][k] for k in expected["gpu"]} == expected["gpu"]  # later versions add keys, never change these
     assert s["steps"] == expected["steps"]
     assert s["attribution"] == expected["attribution"]
     assert len(s["layers"]) == len(expected["layers"]) == 113
@@ -93,7 +93,7 @@ def test_a_run_whose_profile_was_never_written_is_assembled_by_analyze(tmp_path:
     assert main(["analyze", str(run), "--json", str(out), "--quiet"]) == 0
     s = json.loads(out.read_text())
     expected = json.loads((RUN / "expected_summary.json").read_text())
-    assert s["gpu"] == expected["gpu"] and s["steps"]["count"] == 10
+    assert {k: s["gpu"][k] for k in expected["gpu"]} == expected["gpu"] and s["steps"]["count"] == 10
     assert any("assembled from the run's traces" in n for n in s["source"]["notes"])
     assert main(["diff", str(run), str(RUN / "expected_summary.json"), "--json", str(tmp_path / "d.json"),
                  "--quiet"]) == 0
