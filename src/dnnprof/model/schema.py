@@ -144,8 +144,10 @@ TABLES: dict[str, tuple[Column, ...]] = {
         ("source", "int8", "how the step was found, index into STEP_SOURCES"),
         ("start_ns", "int64", "host-side start, ns"),
         ("dur_ns", "int64", "host-side duration, ns"),
-        ("gpu_start_ns", "int64", "first GPU activity launched in the step (-1 if none)"),
-        ("gpu_end_ns", "int64", "end of the GPU-side window: next step's first GPU activity or own last end"),
+        ("gpu_start_ns", "int64",
+         "first GPU activity launched in the step (-1 if none, or if not after the previous step's)"),
+        ("gpu_end_ns", "int64", "end of the GPU-side window: next step's gpu_start_ns, for the last one the end of "
+                                "all step GPU work; windows are disjoint"),
     ),
     "counters": _cols(
         *_WHERE,

@@ -30,10 +30,17 @@ def assign_steps(
 ) -> None:
     """Fill ``steps`` and every ``step`` column from host-side step windows, in place.
 
-    Host rows (ops, runtime calls, memory events) belong to the window they start in. GPU rows belong to the step of the call
-    that launched them (by ``launch_row``), or, without a launch record, to the window their start falls in.
-    The GPU-side window of a step runs from its first GPU activity to the next step's first GPU activity (or to
-    its own last GPU end for the last step), so GPU idle time between steps is charged to the step before it.
+    Host rows (ops, runtime calls, memory events) belong to the window they start in. GPU rows with a launch record
+    belong to the step of the call that launched them (by ``launch_row``).
+
+    GPU-side windows are built from that launched work alone and are positive, disjoint, ordered and inside the GPU
+    span by construction: a step's window runs from its first GPU activity to the next step's first GPU activity
+    (so GPU idle time between steps is charged to the step before it, and work of a step that still runs when the
+    next step's work starts, on another stream, counts in the next window), the last one to the end of the last
+    GPU activity of any step. A step whose first activity is not after the previous step's has no window of its own
+    (``gpu_start_ns = -1``). GPU rows without a launch record (their call was not captured) belong to the window
+    their GPU start falls in, -1 outside every window; only a trace without any launched GPU work in a step (GPU
+    activity alone) places its GPU rows by the host window their start falls in.
     """
     order = np.argsort(starts_ns, kind="stable")
     starts = np.asarray(starts_ns, dtype=np.int64)[order]
@@ -51,39 +58,7 @@ def assign_steps(
         if t["step"].size:
             sel = t["rank"] == rank
             t["step"][sel] = _in_windows(t[time][sel], starts, ends, nums)
-    runtime_step = profile.tables["runtime"]["step"]
-    gpu_first = np.full(starts.size, np.iinfo(np.int64).max, dtype=np.int64)
-    gpu_last = np.full(starts.size, -1, dtype=np.int64)
-    sorter = np.argsort(nums, kind="stable")
-    sorted_nums = nums[sorter]
-    for table in _GPU_TABLES:
-        t = profile.tables[table]
-        sel = np.flatnonzero(t["rank"] == rank)
-        if sel.size == 0:
-            continue
-        launch = t["launch_row"][sel]
-        if runtime_step.size == 0:  # a trace without runtime calls (GPU activity only)
-            launch = np.full(sel.size, -1, dtype=launch.dtype)
-        by_launch = np.where(launch >= 0, runtime_step[np.clip(launch, 0, max(runtime_step.size - 1, 0))]
-                             if runtime_step.size else -1, -1)
-        by_time = _in_windows(t["start_ns"][sel], starts, ends, nums)
-        step = np.where(launch >= 0, by_launch, by_time).astype(np.int32)
-        t["step"][sel] = step
-        if nums.size:
-            j = np.clip(np.searchsorted(sorted_nums, step), 0, nums.size - 1)
-            valid = (step >= 0) & (sorted_nums[j] == step)
-            pos = sorter[j[valid]]
-            start = t["start_ns"][sel][valid]
-            np.minimum.at(gpu_first, pos, start)
-            np.maximum.at(gpu_last, pos, start + t["dur_ns"][sel][valid])
-    has_gpu = gpu_last >= 0
-    gpu_start = np.where(has_gpu, gpu_first, -1)
-    gpu_end = gpu_last.copy()
-    for i in range(starts.size - 1):
-        if has_gpu[i]:
-            nxt = np.flatnonzero(has_gpu[i + 1:])
-            if nxt.size:
-                gpu_end[i] = max(gpu_last[i], gpu_first[i + 1 + nxt[0]])
+    gpu_start, gpu_end = _gpu_windows(profile, rank, starts, ends, nums)
 
     steps = empty_table("steps", starts.size)
     steps["rank"][:] = rank
@@ -97,3 +72,66 @@ def assign_steps(
     old = profile.tables["steps"]
     keep = old["rank"] != rank
     profile.tables["steps"] = {c: np.concatenate([old[c][keep], steps[c]]) for c in steps}
+
+
+def _gpu_windows(profile: Profile, rank: int, starts: np.ndarray, ends: np.ndarray,
+                 nums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Set the ``step`` of the rank's GPU rows; return each step's GPU window (``-1, -1`` for none), in step
+    order (see :func:`assign_steps`)."""
+    runtime_step = profile.tables["runtime"]["step"]
+    rows: dict[str, np.ndarray] = {}
+    launched: dict[str, np.ndarray] = {}
+    for table in _GPU_TABLES:
+        t = profile.tables[table]
+        sel = np.flatnonzero(t["rank"] == rank)
+        rows[table] = sel
+        launch = t["launch_row"][sel]
+        if runtime_step.size == 0:  # a trace without runtime calls (GPU activity only)
+            launch = np.full(sel.size, -1, dtype=launch.dtype)
+        step = np.where(launch >= 0, runtime_step[np.clip(launch, 0, max(runtime_step.size - 1, 0))]
+                        if runtime_step.size else -1, -1).astype(np.int32)
+        t["step"][sel] = step
+        launched[table] = launch >= 0
+    by_launch = any(bool((profile.tables[tb]["step"][rows[tb]][launched[tb]] >= 0).any()) for tb in _GPU_TABLES)
+    if not by_launch:  # no launched GPU work in any step: GPU clock and host clock are one, place by host windows
+        for table in _GPU_TABLES:
+            t = profile.tables[table]
+            t["step"][rows[table]] = _in_windows(t["start_ns"][rows[table]], starts, ends, nums)
+            launched[table] = np.ones(rows[table].size, dtype=bool)
+
+    n = starts.size
+    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(n, -1, dtype=np.int64)
+    pos_of = {int(v): i for i, v in enumerate(nums.tolist())}
+    for table in _GPU_TABLES:
+        t = profile.tables[table]
+        r = rows[table][launched[table]]
+        step = t["step"][r]
+        ok = step >= 0
+        if not ok.any():
+            continue
+        pos = np.array([pos_of.get(int(s), -1) for s in step[ok].tolist()], dtype=np.int64)
+        s = t["start_ns"][r][ok]
+        e = s + t["dur_ns"][r][ok]
+        good = pos >= 0
+        np.minimum.at(first, pos[good], s[good])
+        np.maximum.at(last, pos[good], e[good])
+
+    gpu_start = np.full(n, -1, dtype=np.int64)
+    gpu_end = np.full(n, -1, dtype=np.int64)
+    idx = np.flatnonzero(last >= 0)
+    if idx.size:
+        lo = np.maximum.accumulate(first[idx])
+        hi = np.append(lo[1:], max(int(last[idx].max()), int(lo[-1])))
+        real = hi > lo
+        gpu_start[idx[real]] = lo[real]
+        gpu_end[idx[real]] = hi[real]
+
+    # GPU rows without a launch record: by GPU time, into the windows just built.
+    win = np.flatnonzero(gpu_start >= 0)
+    for table in _GPU_TABLES:
+        t = profile.tables[table]
+        r = rows[table][~launched[table]]
+        if r.size:
+            t["step"][r] = _in_windows(t["start_ns"][r], gpu_start[win], gpu_end[win], nums[win])
+    return gpu_start, gpu_end
