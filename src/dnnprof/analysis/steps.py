@@ -4,7 +4,8 @@ Sources, in order:
 1. ``ProfilerStep#N`` ranges (``prof.step()``), already assigned at ingest;
 2. ``Optimizer.step#…`` ranges that PyTorch records on every optimizer step: a step ends where one ends;
 3. the kernel launch sequence repeats with a fixed period (inference loops without markers): the period is found
-   from a kernel name that occurs once per period, and the phase is put where the GPU idles longest;
+   from a launch that occurs once per period (the kernels of one CUDA-graph replay are one launch), and the phase is
+   put where the GPU idles longest;
 4. nothing: the whole trace is one window and the report says how to mark steps.
 """
 
@@ -67,27 +68,55 @@ def _optimizer_windows(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndar
 
 
 def _pattern_windows(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Host-side windows of the repeating launch pattern, strictly increasing (every window positive), or None.
+
+    The pattern is looked for in the sequence of launches, not of kernels: consecutive kernels that share a
+    correlation id (one ``cudaGraphLaunch`` replaying a CUDA graph) are one launch, so a boundary never falls inside
+    a graph replay, where every kernel has the same launch time (a decode step's graph repeats its layers' kernels
+    and would otherwise give windows of 0 µs).
+    """
     k = profile.tables["kernels"]
     sel = np.flatnonzero(k["rank"] == rank)
     if sel.size < 2 * MIN_PATTERN_REPEATS:
         return None
-    seq = k["name_id"][sel]
+    sel = sel[np.argsort(k["start_ns"][sel], kind="stable")]
+    corr = k["correlation"][sel]
+    head = np.ones(sel.size, dtype=bool)  # the first kernel of each launch
+    head[1:] = (corr[1:] != corr[:-1]) | (corr[1:] <= 0)
+    heads = np.flatnonzero(head)
+    count = np.diff(np.append(heads, sel.size))
+    names = k["name_id"][sel]
+    # A launch is known by its first kernel's name and its kernel count.
+    _, seq = np.unique(np.stack([names[heads].astype(np.int64), count]), axis=1, return_inverse=True)
+    seq = seq.ravel()
     period = _period(seq)
     if period is None:
         return None
     start = k["start_ns"][sel]
-    end = start + k["dur_ns"][sel]
-    gap_before = np.empty(sel.size, dtype=np.int64)
-    gap_before[0] = 0
-    gap_before[1:] = np.maximum(start[1:] - np.maximum.accumulate(end)[:-1], 0)
-    offset = int(np.argmax(np.bincount(np.arange(sel.size) % period, weights=gap_before, minlength=period)))
-    firsts = np.arange(offset, sel.size, period)
-    if firsts.size < MIN_PATTERN_REPEATS:
-        return None
-    # Host-side windows: from the launch of each period's first kernel to the next one's (launch time when known).
-    launch = k["launch_row"][sel][firsts]
+    run_end = np.maximum.accumulate(start + k["dur_ns"][sel])
+    gap_before = np.zeros(heads.size, dtype=np.int64)
+    gap_before[1:] = np.maximum(start[heads[1:]] - run_end[heads[1:] - 1], 0)
+    offset = int(np.argmax(np.bincount(np.arange(heads.size) % period, weights=gap_before, minlength=period)))
+    firsts = sel[heads[np.arange(offset, heads.size, period)]]
+    # Host-side windows: from the launch of each period's first launch to the next one's. Without a launch record,
+    # the GPU start moved back by the median launch-to-start delay of the others (one clock for every boundary).
+    launch = k["launch_row"][firsts]
     rt = profile.tables["runtime"]["start_ns"]
-    t0 = np.where(launch >= 0, rt[np.clip(launch, 0, None)] if rt.size else 0, start[firsts])
+    known = (launch >= 0) & (launch < rt.size)
+    gpu_t = k["start_ns"][firsts]
+    if known.any():
+        host_t = rt[launch[known]]
+        t0 = gpu_t - int(np.median(gpu_t[known] - host_t))
+        t0[known] = host_t
+    else:
+        t0 = gpu_t.copy()
+    # Strictly increasing boundaries: a boundary not after the one before it is dropped (its period joins the
+    # previous window), so no window is empty or negative.
+    keep = np.ones(t0.size, dtype=bool)
+    keep[1:] = t0[1:] > np.maximum.accumulate(t0)[:-1]
+    t0 = t0[keep]
+    if t0.size < MIN_PATTERN_REPEATS:
+        return None
     return t0[:-1], t0[1:]
 
 

@@ -99,7 +99,7 @@ def rank_straggler(ctx: Context) -> Finding | None:
     others = [r for k, r in rows.items() if k != late]
     excess = ranks.get("straggler_compute_excess_us_per_step") or 0.0
     computes = {str(k): r["compute_us_per_step"] for k, r in rows.items()}
-    steps = [r["step_median_us"] for r in rows.values() if r.get("step_median_us")]
+    steps = [r["step_median_us"] for r in rows.values() if (r.get("step_median_us") or 0) > 0]
     step = statistics.median(steps) if steps else None
     if ranks.get("straggler_basis") == "collectives":
         wait = ranks["straggler_wait_us_per_step"]
@@ -127,7 +127,7 @@ def rank_straggler(ctx: Context) -> Finding | None:
         title = f"Straggler: rank {late} computes {spread:.0f}% longer per step than the fastest rank"
         summary = (f"compute per step ranges {vals[0] / 1000:.2f}–{vals[-1] / 1000:.2f} ms over {len(vals)} ranks; "
                    f"the others will wait for rank {late} at every synchronisation")
-        own = me.get("step_median_us") or me["compute_us_per_step"]
+        own = me.get("step_median_us") if (me.get("step_median_us") or 0) > 0 else me["compute_us_per_step"]
         gain = 100.0 * excess / own if own else None
         how = ("(straggler's compute − median rank's compute) per step / the straggler's step time: every rank "
                "computing like the median one.")
