@@ -131,6 +131,9 @@ def summary_of(a: Analysis) -> dict[str, Any]:
             else None,
             **_host_side_json(p, rank, vendor),
             "window": "whole_trace" if u.whole_trace else "steps",
+            "host_us": _us(u.host_ns),
+            "busy_of_host_pct": None if u.busy_of_host_pct is None else float(f"{u.busy_of_host_pct:.4g}"),
+            "work_negligible": u.gpu_work_negligible,
             **_collectives_json(u, window),
         },
         "attribution": {

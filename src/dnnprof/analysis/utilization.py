@@ -10,6 +10,11 @@ Definitions (all per GPU-side step window, see ``model.steps.assign_steps``):
   (stream/device/event synchronize, a blocking copy) returns; ``host_launch`` — the next GPU work was launched
   only after the GPU went idle (empty launch queue: the host is too slow); ``other`` — work was already queued
   (waits on events or other streams, launch latency) or the cause is not in the trace.
+* host time: the host-side step durations the windows stand for (the host span of the trace without steps);
+  busy of host % = busy / host time. A GPU window is tiny against its step when the GPU worked little: one 1.76 µs
+  kernel in a 13 s step is 100 % busy over its own window and 0.00001 % of the step. GPU work below
+  ``GPU_WORK_MIN_US`` in all, or below ``GPU_WORK_MIN_HOST_PCT`` of the host time, is negligible: the rules whose gain
+  rests on GPU time stay quiet then (docs/findings.md).
 * collectives alone: busy time in which only collective kernels (NCCL) run. A collective kernel starts when its
   rank joins and spins until the last rank has joined, so this is transfer plus waiting for other ranks: busy to
   the GPU, no work for the step.
@@ -29,6 +34,10 @@ from dnnprof.model.schema import API_KINDS, OP_CATEGORIES
 IDLE_CAUSES = ("host_launch", "sync", "dataloader", "other")
 #: A synchronising call counts as the cause of a gap when it returns within this much of the gap's start.
 SYNC_TOLERANCE_NS = 20_000
+#: GPU work (busy time over all windows) below this is too little to base a GPU finding on (a few launches).
+GPU_WORK_MIN_US = 50.0
+#: ... and so is GPU work below this share of the host time of the steps (the GPU waited for the host 99% of it).
+GPU_WORK_MIN_HOST_PCT = 1.0
 
 
 @dataclass
@@ -58,6 +67,19 @@ class Utilization:
     steps: list[StepTime]
     whole_trace: bool  # True when there were no steps and the window is the trace's GPU span
     has_collectives: bool = False  # the device ran collective (NCCL) kernels
+    host_ns: int = 0  # host time the windows stand for: host step durations, or the trace's host span
+
+    @property
+    def busy_of_host_pct(self) -> float | None:
+        """Busy time as a share of the host time (None when the trace has no host events)."""
+        return 100.0 * self.total("busy_ns") / self.host_ns if self.host_ns > 0 else None
+
+    @property
+    def gpu_work_negligible(self) -> bool:
+        """The GPU did too little to found a GPU finding on: below ``GPU_WORK_MIN_US`` in all, or below
+        ``GPU_WORK_MIN_HOST_PCT`` of the host time."""
+        share = self.busy_of_host_pct
+        return self.total("busy_ns") < GPU_WORK_MIN_US * 1000 or (share is not None and share < GPU_WORK_MIN_HOST_PCT)
 
     def total(self, attr: str) -> int:
         return int(sum(getattr(s, attr) for s in self.steps))
@@ -113,7 +135,7 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
     all_e = np.concatenate([p[1] for p in parts.values()])
     all_launch = np.concatenate(launch_t)
     if all_s.size == 0:
-        return Utilization(device, [], True)
+        return Utilization(device, [], True, host_ns=_host_span_ns(profile, rank))
     order = np.argsort(all_s, kind="stable")
     all_s, all_e, all_launch = all_s[order], all_e[order], all_launch[order]
 
@@ -144,6 +166,7 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
         numbers = np.array([-1])
         host = hi - lo
         whole = True
+    host_ns = int(steps["dur_ns"][steps["rank"] == rank].sum()) if not whole else _host_span_ns(profile, rank)
     window = hi - lo
     cov_k = covered_per_window(*ms_k, lo, hi)
     cov_km = covered_per_window(*ms_km, lo, hi)
@@ -161,7 +184,19 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
             memcpy_ns=int(cov_km[i] - cov_k[i]), memset_ns=int(cov_all[i] - cov_km[i]),
             idle_ns=int(window[i] - cov_all[i]), idle_by_cause_ns=causes,
             collectives_only_ns=int(cov_all[i] - cov_rest[i])))
-    return Utilization(device, out, whole, has_collectives=bool(nccl.any()))
+    return Utilization(device, out, whole, has_collectives=bool(nccl.any()), host_ns=host_ns)
+
+
+def _host_span_ns(profile: Profile, rank: int) -> int:
+    """From the first host event (op or runtime call) of the rank to the end of the last one; 0 without any."""
+    lo, hi = [], []
+    for table in ("ops", "runtime"):
+        t = profile.tables[table]
+        sel = t["rank"] == rank
+        if sel.any():
+            lo.append(int(t["start_ns"][sel].min()))
+            hi.append(int((t["start_ns"][sel] + t["dur_ns"][sel]).max()))
+    return max(hi) - min(lo) if lo else 0
 
 
 def _sync_calls(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:

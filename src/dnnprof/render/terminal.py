@@ -63,6 +63,11 @@ def _header(doc: dict[str, Any]) -> Panel:
         lines.append(f" ({unreliable(doc, 'gpu.busy_pct')})", style="bold red")
     lines.append(f" of {us_text(gpu['window_us'])}: kernels {us_text(gpu['kernel_us'])}, memcpy {us_text(gpu['memcpy_us'])}, "
                  f"memset {us_text(gpu['memset_us'])}, idle {us_text(gpu['idle_us'])}\n")
+    if gpu.get("work_negligible") and gpu.get("busy_of_host_pct") is not None:
+        share = gpu["busy_of_host_pct"]
+        lines.append(f"the GPU worked {us_text(gpu['kernel_us'] + gpu['memcpy_us'] + gpu['memset_us'])} in "
+                     f"{us_text(gpu.get('host_us'))} of host time ({'< 0.01' if share < 0.01 else f'{share:.2f}'}%): "
+                     "busy % covers that work alone; kernel and precision findings are left out\n", style="yellow")
     idle = gpu.get("idle_breakdown_us") or {}
     if gpu.get("idle_us"):
         parts = ", ".join(f"{k.replace('_', ' ')} {us_text(v)}" for k, v in sorted(idle.items(), key=lambda kv: -kv[1])

@@ -22,6 +22,10 @@ from dnnprof.analysis.rules.context import Context
 from dnnprof.analysis.summary import Analysis, analyse
 from dnnprof.model.profile import Profile
 
+#: Rule groups whose findings and gains rest on GPU kernel time: quiet when the GPU work is negligible
+#: (``analysis.utilization.GPU_WORK_MIN_US``, ``GPU_WORK_MIN_HOST_PCT``).
+GPU_WORK_GROUPS = ("kernels", "precision")
+
 __all__ = ["REGISTRY", "Finding", "findings_for", "findings_from_analysis", "run_rules", "severity_for"]
 
 
@@ -47,6 +51,8 @@ def run_rules(ctx: Context, only: set[str] | None = None) -> list[Finding]:
             continue
         if spec.nvidia_only and ctx.vendor not in ("", "nvidia"):
             continue
+        if spec.group in GPU_WORK_GROUPS and ctx.util.gpu_work_negligible:
+            continue  # their gains are shares of GPU time: of next to nothing, they would mislead
         f = spec.fn(ctx)
         if f is not None:
             found.append(f)
