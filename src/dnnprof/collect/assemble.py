@@ -5,6 +5,10 @@
 * steps: every window carries ``ProfilerStep#N`` ranges, which the Kineto reader already turned into steps; a
   trace without them (a CUDA-only timing window of an older dnnprof) gets its steps from the collector's boundary
   times, moved onto the trace clock;
+* capture edges: a timed step at the first or last place of the timing window whose host time is off the other
+  timed steps' median by more than ``EDGE_STEP_MAX_DEVIATION_PCT`` is dropped (its rows get ``step = -1``) and
+  named in ``edge_steps_dropped``: the capture only partly covers it (the profiler's start drains the GPU's launch
+  queue, so the first step runs ahead of a GPU-bound loop; a capture stopped mid-step cuts the last one);
 * validity: a trace whose GPU events all have zero times (what Kineto writes for a session saved after a later
   session started; older dnnprof runs did that) cannot time anything; this is said, not hidden;
 * attribution: the attribution window (with ``--full``: the full-detail window, shapes, stacks and memory events)
@@ -33,6 +37,11 @@ from dnnprof.model.steps import assign_steps
 _STEP_SOURCE = {"optimizer": "optimizer", "marker": "marker", "explicit": "marker", "dataloader": "dataloader"}
 #: Samples kept this far around the profiled windows (GPM values describe the preceding ~0.1 s).
 SAMPLE_MARGIN_NS = 1_000_000_000
+#: A timed step at an edge of the capture whose host time is off the median of the other timed steps by more than
+#: this is not counted (a steady GPU-bound loop measured a 52.6 ms first step against a median of 87.5 ms).
+EDGE_STEP_MAX_DEVIATION_PCT = 25.0
+#: Edge steps are judged only when at least this many timed steps remain to give the median.
+EDGE_STEP_MIN_OTHERS = 3
 
 
 class AssembleError(ValueError):
@@ -97,6 +106,34 @@ def _timed_steps(profile: Profile, col: dict[str, Any], window: dict[str, Any], 
     assign_steps(profile, starts[numbers] + offset - base, ends[numbers] + offset - base,
                  _STEP_SOURCE.get(col.get("step_source") or "", "marker"), numbers=numbers)
     return numbers.tolist()
+
+
+def drop_edge_steps(profile: Profile, rank: int = 0) -> list[dict[str, Any]]:
+    """Drop the first/last timed step when the capture only partly covers it (see the module docstring); returns
+    what was dropped (``step``, ``host_us``, ``median_us``)."""
+    steps = profile.tables["steps"]
+    sel = np.flatnonzero(steps["rank"] == rank)
+    sel = sel[np.argsort(steps["start_ns"][sel], kind="stable")]
+    if sel.size < EDGE_STEP_MIN_OTHERS + 1:
+        return []
+    dur = steps["dur_ns"][sel].astype(np.float64)
+    keep = np.ones(sel.size, dtype=bool)
+    dropped = []
+    for i in (0, sel.size - 1):
+        others = np.delete(dur, i)
+        med = float(np.median(others))
+        if med > 0 and abs(dur[i] - med) > med * EDGE_STEP_MAX_DEVIATION_PCT / 100.0 \
+                and int(keep.sum()) - 1 >= EDGE_STEP_MIN_OTHERS:
+            keep[i] = False
+            dropped.append({"step": int(steps["number"][sel[i]]), "host_us": round(dur[i] / 1000.0, 3),
+                            "median_us": round(med / 1000.0, 3)})
+    if not dropped:
+        return []
+    kept = sel[keep]
+    source = STEP_SOURCES[int(steps["source"][kept[0]])]
+    assign_steps(profile, steps["start_ns"][kept], steps["start_ns"][kept] + steps["dur_ns"][kept], source,
+                 numbers=steps["number"][kept], name_ids=steps["name_id"][kept], rank=rank)
+    return dropped
 
 
 def _label_steps(profile: Profile, col: dict[str, Any]) -> None:
@@ -166,6 +203,14 @@ def assemble(run_dir: Path, col: dict[str, Any]) -> tuple[Profile, dict[str, Any
             info["timed_steps"] = profile.tables["steps"]["number"].tolist()
         else:
             info["timed_steps"] = _timed_steps(profile, col, windows["timing"], clock["offset_ns"])
+        dropped = drop_edge_steps(profile)
+        if dropped:
+            info["edge_steps_dropped"] = dropped
+            info["timed_steps"] = profile.tables["steps"]["number"].tolist()
+            profile.meta.setdefault("source", {}).setdefault("notes", []).append(
+                "not counted, the capture only partly covers them: " + ", ".join(
+                    f"step {d['step']} ({d['host_us'] / 1000:.1f} ms against a median of {d['median_us'] / 1000:.1f} ms)"
+                    for d in dropped))
         broken = zero_gpu_times(profile)
         if broken:
             info["invalid"] = broken
