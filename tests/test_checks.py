@@ -81,7 +81,6 @@ def test_overlapping_step_windows_break_step_windows_and_mark_busy() -> None:
     assert "1 overlap the next" in c["step-windows"]["detail"]
     assert "ends 3.00 ms after step" in c["step-windows"]["detail"]
     assert "gpu.busy_pct" in c["step-windows"]["affects"]
-    assert not c["kernel-totals"]["ok"]  # the overlap counts the same kernels in two windows
     text = _text(doc)
     assert "✗ step-windows:" in text and "GPU busy" in text
     assert "unreliable: check step-windows" in text

@@ -203,14 +203,6 @@ def assemble(run_dir: Path, col: dict[str, Any]) -> tuple[Profile, dict[str, Any
             info["timed_steps"] = profile.tables["steps"]["number"].tolist()
         else:
             info["timed_steps"] = _timed_steps(profile, col, windows["timing"], clock["offset_ns"])
-        dropped = drop_edge_steps(profile)
-        if dropped:
-            info["edge_steps_dropped"] = dropped
-            info["timed_steps"] = profile.tables["steps"]["number"].tolist()
-            profile.meta.setdefault("source", {}).setdefault("notes", []).append(
-                "not counted, the capture only partly covers them: " + ", ".join(
-                    f"step {d['step']} ({d['host_us'] / 1000:.1f} ms against a median of {d['median_us'] / 1000:.1f} ms)"
-                    for d in dropped))
         broken = zero_gpu_times(profile)
         if broken:
             info["invalid"] = broken
@@ -225,6 +217,15 @@ def assemble(run_dir: Path, col: dict[str, Any]) -> tuple[Profile, dict[str, Any
             profile.meta["sources"] = [windows["timing"]["trace"], windows[detail]["trace"]]
         else:
             info["attribution"] = {"note": "no attribution window (the run ended first): kernels have no ops"}
+        # After the join: a dropped step's kernels keep their ops, layers and phases; only its step goes.
+        dropped = drop_edge_steps(profile)
+        if dropped:
+            info["edge_steps_dropped"] = dropped
+            info["timed_steps"] = profile.tables["steps"]["number"].tolist()
+            profile.meta.setdefault("source", {}).setdefault("notes", []).append(
+                "not counted, the capture only partly covers them: " + ", ".join(
+                    f"step {d['step']} ({d['host_us'] / 1000:.1f} ms against a median of {d['median_us'] / 1000:.1f} ms)"
+                    for d in dropped))
     elif windows:
         kind = next(k for k in ("full", "cpu", "whole_run") if k in windows)
         profile = _read(run_dir, windows[kind])
