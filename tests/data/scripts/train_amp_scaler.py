@@ -6,8 +6,7 @@ Usage: python train_amp_scaler.py [--steps N] [--device cuda|cpu]
 
 What a correct profile shows: one step per ``scaler.step(optimizer)`` that really stepped (a step skipped for
 inf/NaN gradients ends no step); forward, backward and optimizer phases all non-zero, the optimizer a small share
-of the step (the scaler's unscale/inf checks belong to it); the GEMMs run in half precision: ``amp-not-used``
-must not fire.
+of the step; the GEMMs run in half precision: ``amp-not-used`` must not fire.
 """
 
 from __future__ import annotations
