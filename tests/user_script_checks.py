@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -104,6 +105,7 @@ def dnnprof_run(case: Case, out: Path, *, device: str, warmup: int, steps: int, 
                 cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``dnnprof run --warmup-steps W --steps S --out OUT -- python SCRIPT ...`` with enough iterations for the
     whole plan (warm-up, timed steps, attribution and baseline steps after them)."""
+    out = out.resolve()
     iterations = warmup + case.extra_warmup + steps + 12
     if case.kind == "decode":
         iterations = 400
@@ -112,8 +114,16 @@ def dnnprof_run(case: Case, out: Path, *, device: str, warmup: int, steps: int, 
     src = Path(__file__).resolve().parents[1] / "src"
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)}
-    return subprocess.run(cmd, cwd=cwd or out.parent, capture_output=True, text=True, timeout=timeout_s, env=env,
-                          check=False)
+    # Its own session, so a timeout ends the script too (a grandchild that would go on holding the GPU).
+    proc = subprocess.Popen(cmd, cwd=cwd or out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def load_json(run: Path, name: str) -> dict[str, Any]:

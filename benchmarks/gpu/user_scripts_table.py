@@ -64,6 +64,8 @@ def run_case(case: Case, scratch: Path, device: str, warmup: int, steps: int, ti
         row.update(status="timeout", error=f"timed out after {timeout_s:.0f} s", wall_s=round(time.monotonic() - t0))
         return row
     row["wall_s"] = round(time.monotonic() - t0, 1)
+    if not out.is_dir() and out.with_name(out.name + ".incomplete").is_dir():
+        out = out.with_name(out.name + ".incomplete")  # the partial profile of a run that ended early
     if r.returncode != 0 or not (out / "summary.json").is_file():
         row.update(status=f"exit {r.returncode}", error=(r.stderr or r.stdout)[-2000:])
         if not (out / "summary.json").is_file():
@@ -127,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup-steps", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--timeout-s", type=float, default=150.0, help="per case")
-    ap.add_argument("--budget-s", type=float, default=480.0, help="cases not started by then are skipped")
+    ap.add_argument("--budget-s", type=float, default=450.0,
+                    help="for all cases: the case running then is stopped, the ones after it skipped")
     args = ap.parse_args(argv)
     cases = [c for c in CASES if args.device == "cuda" or c.cpu]
     if args.only:
@@ -142,11 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="user-scripts-"))
     try:
         for case in cases:
-            if time.monotonic() - t0 > args.budget_s:
+            left = args.budget_s - (time.monotonic() - t0)
+            if left < 10:
                 rows.append({"case": case.name, "command": " ".join([case.script, *case.args]),
                              "status": "skipped", "error": f"time budget of {args.budget_s:.0f} s spent"})
                 continue
-            row = run_case(case, scratch, args.device, args.warmup_steps, args.steps, args.timeout_s)
+            row = run_case(case, scratch, args.device, args.warmup_steps, args.steps, min(args.timeout_s, left))
             rows.append(row)
             print(f"{case.name}: {row['status']}, {row.get('wall_s')} s, "
                   f"{len(row.get('violations') or [])} contradictions", file=sys.stderr, flush=True)
