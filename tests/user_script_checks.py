@@ -64,6 +64,7 @@ class Case:
     required_on_gpu: frozenset[str] = frozenset()  # finding ids a GPU profile must have
     not_fused_mode: str = ""  # when optimizer-not-fused fires, the mode it must name
     extra_warmup: int = 0  # iterations the script needs before it is steady (torch.compile)
+    check_cpu_optimizer_share: bool = True  # the optimizer is a small share of the step on the CPU too
 
     def command(self, device: str, iterations: int) -> list[str]:
         dev = ["--device", device] if self.device_flag else []
@@ -86,7 +87,10 @@ CASES: tuple[Case, ...] = (
     Case("amp-gradscaler", "train_amp_scaler.py", forbidden=frozenset({"amp-not-used"}), not_fused_mode="foreach"),
     Case("grad-accum-4", "train_grad_accum.py", cpu=True, forwards_per_step=("Classifier", 4),
          not_fused_mode="foreach"),
-    Case("gan", "train_gan.py", cpu=True, optimizer_steps_per_step=2, not_fused_mode="foreach"),
+    # On the CPU Adam's sqrt of this tiny GAN's denormal second moments takes most of the host time (96 % of the
+    # leaf-op time inside Optimizer.step ranges, measured): the optimizer is not a small share there.
+    Case("gan", "train_gan.py", cpu=True, optimizer_steps_per_step=2, not_fused_mode="foreach",
+         check_cpu_optimizer_share=False),
     Case("dataloader-bound", "train_dataloader_bound.py", required_on_gpu=frozenset({"dataloader-bound"}),
          not_fused_mode="foreach"),
     Case("inference", "infer_loop.py", length_flag="--batches", kind="infer", cpu=True, step_source="dataloader",
@@ -246,7 +250,7 @@ def violations(case: Case, run: Path, *, steps: int, gpu: bool) -> list[str]:
             missing = [k for k in ("forward", "backward", "optimizer") if ph[k] <= 0]
             if missing:
                 out.append(f"step {s}: no {'/'.join(missing)} ({where} ns by phase {ph})")
-            elif ph["optimizer"] / total > MAX_OPTIMIZER_SHARE:
+            elif ph["optimizer"] / total > MAX_OPTIMIZER_SHARE and (gpu or case.check_cpu_optimizer_share):
                 out.append(f"step {s}: optimizer {100 * ph['optimizer'] / total:.0f}% of {where} work ({ph})")
         elif ph["backward"] or ph["optimizer"] or (case.kind == "infer" and ph["forward"] <= 0):
             out.append(f"step {s}: inference with {where} ns by phase {ph}")

@@ -32,7 +32,7 @@ def main() -> int:
         batch, seq = 16, 256
     else:
         config = GPT2Config(vocab_size=1000, n_positions=64, n_embd=64, n_layer=2, n_head=2)
-        batch, seq = 4, 32
+        batch, seq = 8, 64
     model = GPT2LMHeadModel(config).to(dev)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01,

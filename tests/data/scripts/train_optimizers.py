@@ -58,7 +58,7 @@ def main() -> int:
     dev = torch.device(args.device)
     torch.manual_seed(0)
     # Small on the CPU so a test takes seconds; on a GPU big enough that the kernels, not the launches, show.
-    vocab, d, layers, batch, seq = (2000, 256, 4, 16, 128) if dev.type == "cuda" else (500, 64, 2, 8, 32)
+    vocab, d, layers, batch, seq = (2000, 256, 4, 32, 256) if dev.type == "cuda" else (500, 64, 2, 8, 32)
     model = TinyLM(vocab, d, layers).to(dev)
     opt = make_optimizer(args.optimizer, list(model.parameters()))
     loss_fn = nn.CrossEntropyLoss()
