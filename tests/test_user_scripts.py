@@ -10,7 +10,6 @@ steps. Phases on the CPU are the host's leaf ops put through the kernels' attrib
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,8 +36,8 @@ def run_of(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Case], Path]:
     done: dict[str, Path] = {}
 
     def get(case: Case) -> Path:
-        if case.needs and importlib.util.find_spec(case.needs) is None:
-            pytest.skip(f"{case.script} imports {case.needs}, which is not installed")
+        if case.missing():
+            pytest.skip(case.missing())
         if case.name not in done:
             out = tmp_path_factory.mktemp(case.name) / "run"
             r = dnnprof_run(case, out, device="cpu", warmup=WARMUP, steps=STEPS, timeout_s=300)

@@ -11,7 +11,6 @@ positive step per CUDA graph replay. ``benchmarks/gpu/user_scripts_table.py`` ru
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,8 @@ WARMUP, STEPS = 5, 20
 
 
 def _run(case: Case, tmp_path: Path) -> Path:
-    if case.needs and importlib.util.find_spec(case.needs) is None:
-        pytest.skip(f"{case.script} imports {case.needs}, which is not installed")
+    if case.missing():
+        pytest.skip(case.missing())
     out = tmp_path / "run"
     r = dnnprof_run(case, out, device="cuda", warmup=WARMUP, steps=STEPS, timeout_s=600)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -56,7 +56,7 @@ class Case:
     kind: str = "train"  # "train", "infer" or "decode" (CUDA graph replays, no boundaries of its own)
     cpu: bool = False  # part of the CPU tests
     device_flag: bool = True  # the script takes --device
-    needs: str = ""  # module the script imports beyond torch ("transformers", "lightning")
+    needs: str = ""  # module the script imports beyond torch ("transformers"; "a|b": either will do)
     step_source: str = "optimizer"
     optimizer_steps_per_step: int = 1
     forwards_per_step: tuple[str, int] | None = None  # (root module class, forward calls per step)
@@ -65,6 +65,15 @@ class Case:
     not_fused_mode: str = ""  # when optimizer-not-fused fires, the mode it must name
     extra_warmup: int = 0  # iterations the script needs before it is steady (torch.compile)
     check_cpu_optimizer_share: bool = True  # the optimizer is a small share of the step on the CPU too
+
+    def missing(self) -> str:
+        """Why the script cannot run here ("" when it can): the module it needs is not installed."""
+        import importlib.util
+
+        alternatives = [m for m in self.needs.split("|") if m]
+        if alternatives and not any(importlib.util.find_spec(m) for m in alternatives):
+            return f"{self.script} imports {' or '.join(alternatives)}, not installed"
+        return ""
 
     def command(self, device: str, iterations: int) -> list[str]:
         dev = ["--device", device] if self.device_flag else []
@@ -75,7 +84,7 @@ _NO_OPT = frozenset({"optimizer-not-fused"})
 CASES: tuple[Case, ...] = (
     Case("hf-gpt2", "train_hf_gpt2.py", cpu=True, needs="transformers", not_fused_mode="foreach"),
     Case("hf-gpt2-fused", "train_hf_gpt2.py", ("--fused",), needs="transformers", forbidden=_NO_OPT),
-    Case("lightning", "train_lightning_trainer.py", device_flag=False, needs="lightning", not_fused_mode="foreach"),
+    Case("lightning", "train_lightning_trainer.py", device_flag=False, needs="lightning|pytorch_lightning", not_fused_mode="foreach"),
     Case("adamw-fused", "train_optimizers.py", ("--optimizer", "adamw-fused"), forbidden=_NO_OPT),
     Case("adamw-foreach", "train_optimizers.py", ("--optimizer", "adamw-foreach"), cpu=True,
          not_fused_mode="foreach"),

@@ -111,7 +111,7 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
         ph = r["phases_pct"]
         finds = ", ".join(f"{f['id']} ({_fmt(f['est_gain_pct'], 0)}%)" for f in r["findings"]) or "none"
         bad = r["violations"]
-        contra = "none" if not bad else f"**{len(bad)}**: " + "; ".join(v[:90] for v in bad[:2])
+        contra = "none" if not bad else f"**{len(bad)}**: {bad[0][:80]}" + ("; …" if len(bad) > 1 else "")
         status = "" if r["status"] == "ok" else f" ({r['status']})"
         lines.append(
             f"| {r['command']}{status} | {r['steps']} ({r['step_source']}) | {_fmt(r['step_median_ms'], 2)} | "
@@ -146,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for case in cases:
             left = args.budget_s - (time.monotonic() - t0)
+            if case.missing():
+                rows.append({"case": case.name, "command": " ".join([case.script, *case.args]),
+                             "status": "skipped", "error": case.missing()})
+                continue
             if left < 10:
                 rows.append({"case": case.name, "command": " ".join([case.script, *case.args]),
                              "status": "skipped", "error": f"time budget of {args.budget_s:.0f} s spent"})
