@@ -37,9 +37,14 @@ if TYPE_CHECKING:
 NVML_MAX_DIFF_PCT = 10.0
 #: Below this share of kernel time with a layer, while most kernel time has a launching CPU op, attribution broke.
 MIN_ATTRIBUTED_PCT = 50.0
-#: Sampled metrics comparable with trace busy % (time with any kernel running), best first.
-_BUSY_METRICS = (("gpu_util_pct", "NVML GPU-Util"), ("gr_engine_active_pct", "GPM graphics engine active"))
+#: Sampled metrics comparable with trace busy % (time with any kernel running), best first, with the time each
+#: sample averages over, before its time stamp: NVML's utilisation covers its own sample period, "between 1 second
+#: and 1/6 second depending on the product" (NVML API reference), so only the longest is safe; a GPM value spans
+#: the pair of GPM samples it comes from (at least 0.1 s; dnnprof pairs them 110 ms apart).
+_BUSY_METRICS = (("gpu_util_pct", "NVML GPU-Util", 1_000_000_000),
+                 ("gr_engine_active_pct", "GPM graphics engine active", 110_000_000))
 _SM_ACTIVE = "sm_active_pct"
+_GPM_SPAN_NS = 110_000_000
 #: Findings about one phase and the phases their offenders may have.
 FINDING_PHASES: dict[str, tuple[str, ...]] = {
     "optimizer-not-fused": ("optimizer",),
@@ -258,18 +263,24 @@ def busy_vs_nvml(a: Analysis) -> Check:
     else:
         lo, hi = int(st["gpu_start_ns"][wsel].min()), int(st["gpu_end_ns"][wsel].max())
     names = a.profile.names(s["metric_id"]).astype(str)
-    mine = (s["rank"] == a.rank) & (s["device"] == u.device) & (s["ts_ns"] >= lo) & (s["ts_ns"] <= hi)
+    mine = (s["rank"] == a.rank) & (s["device"] == u.device)
 
-    def mean(metric: str) -> tuple[float, int] | None:
-        v = s["value"][mine & (names == metric)]
+    def mean(metric: str, span_ns: int) -> tuple[float, int] | None:
+        """Mean of the samples whose whole averaging period lies inside the steps (a sample stamped early in
+        the steps still describes time before them: the capture's start, the previous window)."""
+        ts = s["ts_ns"]
+        v = s["value"][mine & (names == metric) & (ts - span_ns >= lo) & (ts <= hi)]
         v = v[np.isfinite(v)]
         return (float(v.mean()), int(v.size)) if v.size else None
 
     busy = u.busy_pct
-    ref = next(((label, m) for metric, label in _BUSY_METRICS if (m := mean(metric)) is not None), None)
-    sm = mean(_SM_ACTIVE)
+    ref = next(((label, m) for metric, label, span in _BUSY_METRICS if (m := mean(metric, span)) is not None), None)
+    sm = mean(_SM_ACTIVE, _GPM_SPAN_NS)
     if ref is None and sm is None:
-        return Check("busy-vs-nvml", True, "no NVML/GPM activity samples inside the profiled steps", keys)
+        return Check("busy-vs-nvml", True,
+                     f"not compared: no NVML/GPM sample's period lies inside the profiled steps "
+                     f"({(hi - lo) / 1e9:.2f} s of GPU windows; NVML GPU-Util averages over up to 1 s, GPM over "
+                     f"0.11 s)", keys)
     parts, problems = [f"trace busy {busy:.1f}%"], []
     if ref is not None:
         (label, (value, n)) = ref
