@@ -26,10 +26,13 @@ _FAMILY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("optimizer", r"multi_tensor_apply|fused_?adam|adamw?_|_adam|sgd_|fused_sgd|\blamb_|lion_|FusedOptimizer"),
         ("attention", r"flash|fmha|sdpa|attention|_attn|mha_|softmax_?.*attn"),
         ("rnn", r"RNN_|rnn_|elemWiseRNNcell|LSTM|_lstm|GRU_|_gru|cudnnRNN|persist.*rnn|bidirectional_accum"),
+        ("norm", r"bn_fw|bn_bw|batch_?norm"),  # cuDNN's batch norm kernels name their NCHW layout: not a conv
         ("conv", r"conv(?!ert)|implicit_gemm|fprop|dgrad|wgrad|winograd|cudnn::.*fft|nchw|nhwc|im2col|col2im|"
                  r"depthwise|precomputed_convolve|implicit_convolve"),
         ("gemm", r"gemm|gmma|nvjet|cutlass|matmul|gemv|cublas|xmma|splitK|_mm_|dot_kernel|triton_tem|magma"),
         ("loss", r"loss|nll_|ctc_|cross_entropy|mse_|bce"),
+        # Vector norms (gradient clipping's _foreach_norm, torch.linalg.vector_norm) are reductions, not layers.
+        ("reduction", r"lpnorm|LpNorm|Norm\w*Ops|vector_norm"),
         ("norm", r"norm|bn_fw|bn_bw|batchnorm|layer_?norm|rms|GammaBeta|welford"),
         ("softmax", r"softmax|SoftMax|log_?softmax"),
         ("reduction", r"reduce|reduction|sum_kernel|argmax|argmin|triton_red|triton_per|_max_|mean_|cub::.*Reduce"),
