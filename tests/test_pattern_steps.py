@@ -23,7 +23,8 @@ import pytest
 DATA = Path(__file__).parent / "data"
 TIMING = DATA / "run_gpt2_infer_h100" / "trace" / "timing.json.gz"
 FOREIGN = Path(__file__).resolve().parents[2] / "shared" / "foreign"
-REAL_REPLAYS = sorted(FOREIGN.glob("*graph_replay*")) if FOREIGN.is_dir() else []
+REAL_REPLAYS = [Path(__file__).parent / "data" / "graph_replay_h100" / "trace.json.gz",
+                *(sorted(FOREIGN.glob("*graph_replay*")) if FOREIGN.is_dir() else [])]
 
 
 def graph_replay_trace(src: Path, dst: Path, per_graph: int, drop_launch_of: tuple[int, ...] = ()) -> Path:
@@ -92,11 +93,22 @@ def test_graph_replay_pattern_steps_are_whole_replays(tmp_path: Path, per_graph:
     assert not any(f["id"] == "unstable-steps" for f in doc["findings"])
 
 
-@pytest.mark.skipif(not REAL_REPLAYS, reason="no real CUDA-graph replay trace (shared/foreign/*graph_replay*) yet")
 @pytest.mark.parametrize("path", REAL_REPLAYS, ids=[p.name for p in REAL_REPLAYS])
 def test_real_graph_replay_steps_positive(path: Path) -> None:
     a, doc = _summary(path)
     _assert_positive_steps(a, doc)
+
+
+def test_real_graph_replays_are_whole_steps_and_not_told_to_compile() -> None:
+    """24 replays of one decode step on an H100: every step window holds one whole replay on the GPU (its 115
+    kernels, ~0.52 ms), and the model already runs as CUDA graphs, so compile-not-used stays quiet."""
+    from dnnprof.analysis.rules import findings_from_analysis
+
+    a, doc = _summary(REAL_REPLAYS[0])
+    assert doc["steps"]["count"] >= 23
+    gpu = np.asarray(doc["steps"]["gpu_durations_us"])
+    assert (np.abs(gpu - np.median(gpu)) < 0.05 * np.median(gpu)).all()
+    assert "compile-not-used" not in [f["id"] for f in findings_from_analysis(a, doc)]
 
 
 def test_unstable_steps_refuses_zero_or_negative_step_times(tmp_path: Path) -> None:

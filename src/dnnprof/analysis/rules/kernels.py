@@ -51,6 +51,7 @@ TOP_N = 5
 
 _FUSABLE_FAMILIES = frozenset({"elementwise", "norm", "softmax", "reduction", "memory", "loss"})
 _COMPILED_KERNEL = re.compile(r"^triton_|triton_(?:poi|red|per|tem)_|cutlass_.*_inductor", re.IGNORECASE)
+_GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 _COMPILED_OPS = ("CompiledFunction", "Torch-Compiled Region", "CompiledFxGraph", "TorchDynamo", "## Call Compiled")
 _FUSED_OPT = re.compile(r"fused|Fused", re.IGNORECASE)
 
@@ -206,8 +207,15 @@ def small_grid(ctx: Context) -> Finding | None:
 def _compiled(ctx: Context) -> bool:
     if any(_COMPILED_KERNEL.search(r.name) for r in ctx.kernels):
         return True
-    if (ctx.profile.tables["kernels"]["graph_id"] >= 0).any():
+    k = ctx.profile.tables["kernels"]
+    if (k["graph_id"] >= 0).any():
         return True
+    # Kineto records no graph id on a replayed kernel (PyTorch 2.11): its launch is the graph launch itself.
+    launches = np.unique(k["launch_row"][k["launch_row"] >= 0])
+    if launches.size:
+        called = set(ctx.profile.names(ctx.profile.tables["runtime"]["name_id"][launches]).tolist())
+        if any(str(n).startswith(_GRAPH_LAUNCHES) for n in called):
+            return True
     names = {str(n) for n in set(ctx.op_names.tolist())}
     return any(any(m in n for m in _COMPILED_OPS) for n in names)
 
