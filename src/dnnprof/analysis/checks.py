@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dnnprof.analysis.attribution import PHASES
+from dnnprof.analysis.intervals import covered_per_window, merge
 
 if TYPE_CHECKING:
     from dnnprof.analysis.summary import Analysis
@@ -264,16 +265,21 @@ def busy_vs_nvml(a: Analysis) -> Check:
         lo, hi = int(st["gpu_start_ns"][wsel].min()), int(st["gpu_end_ns"][wsel].max())
     names = a.profile.names(s["metric_id"]).astype(str)
     mine = (s["rank"] == a.rank) & (s["device"] == u.device)
+    act_s, act_e = _activity(a)
 
-    def mean(metric: str, span_ns: int) -> tuple[float, int] | None:
+    def mean(metric: str, span_ns: int) -> tuple[float, float, int] | None:
         """Mean of the samples whose whole averaging period lies inside the steps (a sample stamped early in
-        the steps still describes time before them: the capture's start, the previous window)."""
+        the steps still describes time before them: the capture's start, the previous window), and the trace's
+        own busy % over those same periods."""
         ts = s["ts_ns"]
-        v = s["value"][mine & (names == metric) & (ts - span_ns >= lo) & (ts <= hi)]
-        v = v[np.isfinite(v)]
-        return (float(v.mean()), int(v.size)) if v.size else None
+        sel = mine & (names == metric) & (ts - span_ns >= lo) & (ts <= hi) & np.isfinite(s["value"])
+        if not sel.any():
+            return None
+        t1 = ts[sel].astype(np.int64)
+        t0 = t1 - max(span_ns, 1)
+        trace = covered_per_window(act_s, act_e, t0, t1) / (t1 - t0)
+        return float(s["value"][sel].mean()), 100.0 * float(trace.mean()), int(t1.size)
 
-    busy = u.busy_pct
     ref = next(((label, m) for metric, label, span in _BUSY_METRICS if (m := mean(metric, span)) is not None), None)
     sm = mean(_SM_ACTIVE, _GPM_SPAN_NS)
     if ref is None and sm is None:
@@ -281,20 +287,33 @@ def busy_vs_nvml(a: Analysis) -> Check:
                      f"not compared: no NVML/GPM sample's period lies inside the profiled steps "
                      f"({(hi - lo) / 1e9:.2f} s of GPU windows; NVML GPU-Util averages over up to 1 s, GPM over "
                      f"0.11 s)", keys)
-    parts, problems = [f"trace busy {busy:.1f}%"], []
+    parts, problems = [], []
     if ref is not None:
-        (label, (value, n)) = ref
-        parts.append(f"{label} {value:.1f}% (mean of {n} sample{'s' if n != 1 else ''})")
+        (label, (value, busy, n)) = ref
+        parts.append(f"{label} {value:.1f}% against trace busy {busy:.1f}% over the same "
+                     f"{n} sample period{'s' if n != 1 else ''}")
         if abs(busy - value) > NVML_MAX_DIFF_PCT:
             problems.append(f"{label} differs by {abs(busy - value):.1f} points")
     if sm is not None:
-        parts.append(f"GPM SM active {sm[0]:.1f}%")
-        if sm[0] > busy + NVML_MAX_DIFF_PCT:  # SMs cannot be active while no kernel runs
-            problems.append(f"SM active exceeds busy by {sm[0] - busy:.1f} points")
-    text = ", ".join(parts)
+        value, busy, n = sm
+        parts.append(f"GPM SM active {value:.1f}% against trace busy {busy:.1f}%")
+        if value > busy + NVML_MAX_DIFF_PCT:  # SMs cannot be active while no kernel runs
+            problems.append(f"SM active exceeds busy by {value - busy:.1f} points")
+    text = f"trace busy {u.busy_pct:.1f}% over the steps; " + ", ".join(parts)
     if problems:
         return Check("busy-vs-nvml", False, f"{text}: {'; '.join(problems)} (over {NVML_MAX_DIFF_PCT:g})", keys)
     return Check("busy-vs-nvml", True, f"{text}: within {NVML_MAX_DIFF_PCT:g} points", keys)
+
+
+def _activity(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
+    """Merged intervals of the rank's device activity (kernels, copies, memsets): what busy % counts."""
+    starts, ends = [], []
+    for table in ("kernels", "memcpy", "memset"):
+        t = a.profile.tables[table]
+        sel = (t["rank"] == a.rank) & (t["device"] == a.utilization.device)
+        starts.append(t["start_ns"][sel])
+        ends.append(t["start_ns"][sel] + t["dur_ns"][sel])
+    return merge(np.concatenate(starts).astype(np.int64), np.concatenate(ends).astype(np.int64))
 
 
 def profile_checks(a: Analysis, doc: dict[str, Any]) -> list[Check]:
