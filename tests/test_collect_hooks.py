@@ -330,3 +330,17 @@ def test_the_timing_windows_external_correlation_can_be_turned_off(tmp_path: Pat
     w.start()
     w.export(tmp_path / "a")
     assert w.record()["external_correlation"] is True
+
+
+def test_a_killed_runs_staging_folder_does_not_block_the_next_run(tmp_path: Path) -> None:
+    """A run killed mid-way (SIGKILL, a lost machine) leaves its staging folder; the same --out must still work,
+    and what the dead run left is neither reused nor removed. On an H100 this once failed with
+    '/tmp: cannot create the run directory (File exists)'."""
+    dead = RunDir.create("train", out=tmp_path / "run")
+    (dead.staging / "collector.json").write_text("{}")
+    rd = RunDir.create("train", out=tmp_path / "run")
+    assert rd.staging != dead.staging and rd.staging.parent == tmp_path
+    assert oct(rd.staging.stat().st_mode & 0o777) == oct(0o755)
+    (rd.staging / "meta.json").write_text("{}")
+    assert rd.finish(True) == (tmp_path / "run").absolute()
+    assert (dead.staging / "collector.json").read_text() == "{}"

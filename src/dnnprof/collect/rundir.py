@@ -14,6 +14,7 @@ import errno
 import os
 import re
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,11 +78,14 @@ class RunDir:
             while final.exists() or final.with_name(final.name + INCOMPLETE_SUFFIX).exists():
                 final = Path(root) / f"{stem}-{n}"
                 n += 1
-        staging = final.with_name(f".{final.name}{STAGING_SUFFIX}")
         try:
-            staging.mkdir(parents=True, exist_ok=False)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            # A unique name: a run killed before it finished leaves its staging folder behind, and a later run
+            # with the same --out must neither fail on it nor write into it.
+            staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=STAGING_SUFFIX, dir=final.parent))
+            staging.chmod(0o755)  # mkdtemp makes it private; a run directory is as readable as any output
         except OSError as e:
-            raise RunDirError(f"{staging.parent}: cannot create the run directory ({e.strerror})") from None
+            raise RunDirError(f"{final.parent}: cannot create the run directory ({e.strerror})") from None
         return cls(final=final.absolute(), staging=staging.absolute())
 
     def target(self, complete: bool) -> Path:
