@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dnnprof.collect.session import BOOT_DIR as RUN_BOOT
-from dnnprof.collect.sweep.backend import BOOT_DIR as SWEEP_BOOT
+from dnnprof.runs.session import BOOT_DIR as RUN_BOOT
+from dnnprof.runs.sweep.backend import BOOT_DIR as SWEEP_BOOT
 
 
 def test_both_bootstraps_chain_to_the_environment_sitecustomize(tmp_path: Path) -> None:

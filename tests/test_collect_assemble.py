@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from conftest import GPT2, load_raw
-from dnnprof.collect import metrics
-from dnnprof.collect.assemble import AssembleError, assemble, clock_offset
+from dnnprof.analysis import run_metrics as metrics
+from dnnprof.ingest.assemble import AssembleError, assemble, clock_offset
 from dnnprof.model.schema import OP_CATEGORIES
 
 US = 1000
@@ -234,8 +234,8 @@ def test_whole_run_fallback_gets_one_step(tmp_path: Path) -> None:
 def test_finish_run_findings_see_the_run_extras_and_settings(tmp_path: Path) -> None:
     from dnnprof.cli.run import findings_of, summarizer
     from dnnprof.collect.config import CollectorConfig
-    from dnnprof.collect.finish import finish_run
-    from dnnprof.collect.rundir import RunDir
+    from dnnprof.runs.finish import finish_run
+    from dnnprof.runs.rundir import RunDir
 
     rd = RunDir.create("gpt2", out=tmp_path / "run")
     col = make_run(rd.staging)
@@ -263,8 +263,8 @@ def test_finish_run_findings_see_the_run_extras_and_settings(tmp_path: Path) -> 
 def test_finish_run_without_findings_keeps_an_empty_list(tmp_path: Path) -> None:
     from dnnprof.cli.run import summarizer
     from dnnprof.collect.config import CollectorConfig
-    from dnnprof.collect.finish import finish_run
-    from dnnprof.collect.rundir import RunDir
+    from dnnprof.runs.finish import finish_run
+    from dnnprof.runs.rundir import RunDir
 
     rd = RunDir.create("gpt2", out=tmp_path / "run")
     make_run(rd.staging)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from dnnprof.collect.assemble import assemble
 from dnnprof.collect.config import CollectorConfig
+from dnnprof.ingest.assemble import assemble
 
 torch = pytest.importorskip("torch")
 

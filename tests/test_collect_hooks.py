@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dnnprof.collect.rundir import INCOMPLETE_FILE, RunDir, RunDirError, name_from_command, safe_name
 from dnnprof.collect.stacks import StackSampler
+from dnnprof.runs.rundir import INCOMPLETE_FILE, RunDir, RunDirError, name_from_command, safe_name
 
 torch = pytest.importorskip("torch")
 
@@ -228,7 +228,8 @@ def test_stack_sampler_thread_sees_the_main_thread() -> None:
 
 
 def test_static_memory_breakdown_counts_each_tensor_once() -> None:
-    from dnnprof.collect.memory import static_breakdown, summarize_memory
+    from dnnprof.analysis.run_metrics import summarize_memory
+    from dnnprof.collect.memory import static_breakdown
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8))
     opt = torch.optim.Adam(model.parameters())
@@ -284,8 +285,8 @@ def test_run_names_from_commands(command: list[str], name: str) -> None:
 
 def test_counters_pass_says_why_it_skips(tmp_path: Path) -> None:
     from dnnprof.collect.config import CollectorConfig
-    from dnnprof.collect.counters_pass import counters_pass
     from dnnprof.model.profile import Profile
+    from dnnprof.runs.counters_pass import counters_pass
 
     cfg = CollectorConfig(counters=True)
     out = counters_pass(tmp_path, ["python", "x.py"], cfg, Profile(), [], lambda d: {}, None)
@@ -299,7 +300,7 @@ def test_sigint_disposition_is_read_from_proc() -> None:
     import signal
     import subprocess
 
-    from dnnprof.collect.session import ignores_sigint
+    from dnnprof.runs.session import ignores_sigint
 
     if not Path("/proc/self/status").exists():
         pytest.skip("no /proc")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import GPT2
-from dnnprof.collect.join import join_attribution, match_sequences
+from dnnprof.ingest.join import join_attribution, match_sequences
 from dnnprof.ingest.kineto import read_kineto
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import empty_table

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from dnnprof.analysis.summary import summarize
-from dnnprof.collect.assemble import assemble
+from dnnprof.ingest.assemble import assemble
 from dnnprof.ingest.kineto import read_kineto
 from dnnprof.model.profile import Profile
 from test_collect_assemble import make_run

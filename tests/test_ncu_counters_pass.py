@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 
 from dnnprof.collect.config import CollectorConfig
-from dnnprof.collect.counters_pass import (
+from dnnprof.model.profile import Profile
+from dnnprof.model.schema import empty_table
+from dnnprof.runs.counters_pass import (
     STALE_FILES,
     _why_nothing,
     counters_pass,
     ncu_environment,
     target_command,
 )
-from dnnprof.model.profile import Profile
-from dnnprof.model.schema import empty_table
 
 DATA = Path(__file__).parent / "data" / "ncu_gpt2_h200"
 

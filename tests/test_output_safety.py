@@ -351,20 +351,20 @@ def test_sweep_out_refuses_a_folder_of_other_files(tmp_path: Path, capsys) -> No
 def test_a_sweep_stopped_before_its_first_trial_still_resumes(tmp_path: Path) -> None:
     import json
 
-    from dnnprof.collect.sweep.store import SweepStore
+    from dnnprof.runs.sweep.store import SweepStore
     from test_sweep_runner import fake_spec
 
     spec = fake_spec(tmp_path / "sw", "1").validate()
     SweepStore(spec.out, spec).open()  # then killed: no trial finished, no trials.jsonl
     assert json.loads((spec.out / "sweep.json").read_text())["status"] == "running"
-    from dnnprof.collect.sweep import run_sweep
+    from dnnprof.runs.sweep import run_sweep
 
     doc = run_sweep(fake_spec(tmp_path / "sw", "1"))
     assert doc["status"] == "complete" and [p["batch_size"] for p in doc["points"]] == [1]
 
 
 def test_a_run_never_lands_in_a_folder_that_was_filled_meanwhile(tmp_path: Path) -> None:
-    from dnnprof.collect.rundir import RunDir
+    from dnnprof.runs.rundir import RunDir
 
     rd = RunDir.create("train", out=tmp_path / "run")
     before = _user_folder(tmp_path / "run.incomplete")  # someone's folder with the incomplete run's name

@@ -43,7 +43,7 @@ def test_every_row_becomes_a_slice_and_every_launch_a_flow(tmp_path: Path) -> No
 
 def test_sampled_metrics_become_counter_tracks(tmp_path: Path) -> None:
     """The NVML/GPM samples of a real H100 run directory, on the trace clock of its kernels."""
-    from dnnprof.collect.assemble import assemble, load_collector
+    from dnnprof.ingest.assemble import assemble, load_collector
 
     run = tmp_path / "run"
     shutil.copytree(DATA / "run_gpt2_infer_h100", run)

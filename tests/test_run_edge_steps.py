@@ -20,7 +20,7 @@ RUN = Path(__file__).parent / "data" / "run_gpt2_infer_h100"
 
 def _assembled(run: Path) -> tuple:
     from dnnprof.analysis.summary import summarize
-    from dnnprof.collect.assemble import assemble, load_collector
+    from dnnprof.ingest.assemble import assemble, load_collector
 
     profile, info = assemble(run, load_collector(run))
     return profile, info, summarize(profile)
@@ -58,7 +58,7 @@ def test_step_cut_at_the_edge_of_the_capture_is_not_counted(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("n_steps", [3])
 def test_too_few_steps_to_judge_an_edge(n_steps: int) -> None:
-    from dnnprof.collect.assemble import drop_edge_steps
+    from dnnprof.ingest.assemble import drop_edge_steps
     from dnnprof.model.profile import Profile
     from dnnprof.model.schema import STEP_SOURCES, empty_table
 

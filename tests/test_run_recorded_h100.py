@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from dnnprof.analysis import run_metrics as metrics
 from dnnprof.analysis.summary import summarize
-from dnnprof.collect import metrics
-from dnnprof.collect.assemble import assemble, load_collector
+from dnnprof.ingest.assemble import assemble, load_collector
 
 RUN = Path(__file__).parent / "data" / "run_gpt2_infer_h100"
 
@@ -122,8 +122,8 @@ def _finished_run(tmp_path: Path) -> Path:
     """The recorded run finished here as ``dnnprof run`` finishes one: profile/, summary.json, meta.json."""
     from dnnprof.cli.run import findings_of, summarizer
     from dnnprof.collect.config import CollectorConfig
-    from dnnprof.collect.finish import finish_run
-    from dnnprof.collect.rundir import RunDir
+    from dnnprof.runs.finish import finish_run
+    from dnnprof.runs.rundir import RunDir
 
     staging = tmp_path / ".run.partial"
     shutil.copytree(RUN, staging)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from dnnprof.analysis import run_metrics as metrics
 from dnnprof.cli.run import throughput_line
-from dnnprof.collect import metrics
 
 MS = 1_000_000
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dnnprof.collect.sweep import SweepSpec, parse_batch_sizes, workload_target
-from dnnprof.collect.sweep.runner import run_sweep
-from dnnprof.collect.sweep.zygote import PROBE_MODULE, ForkServer
+from dnnprof.runs.sweep import SweepSpec, parse_batch_sizes, workload_target
+from dnnprof.runs.sweep.runner import run_sweep
+from dnnprof.runs.sweep.zygote import PROBE_MODULE, ForkServer
 
 DATA = Path(__file__).parent / "data" / "sweep"
 

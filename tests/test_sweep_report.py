@@ -13,10 +13,10 @@ import pytest
 from conftest import DEEPSPEECH
 from dnnprof.analysis.sweep_report import memory_line, sweep_report
 from dnnprof.cli.main import main
-from dnnprof.collect.sweep.backend import Plan, base_point, summary_metrics
 from dnnprof.render.sweep_html import render_html
 from dnnprof.render.sweep_md import render_markdown
 from dnnprof.render.sweep_svg import line_chart, sweep_plots
+from dnnprof.runs.sweep.backend import Plan, base_point, summary_metrics
 
 MiB, GiB = 1 << 20, 1 << 30
 SCHEMA = Path(__file__).parents[1] / "src" / "dnnprof" / "render" / "schemas" / "sweep-1.schema.json"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dnnprof.cli.main import main
-from dnnprof.collect.sweep import (
+from dnnprof.runs.sweep import (
     SweepSpec,
     parse_batch_sizes,
     parse_size,

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from dnnprof.collect.sweep import BatchSearch, Observation, parse_batch_sizes, parse_size, trial_bound
-from dnnprof.collect.sweep.classify import (
+from dnnprof.runs.sweep import BatchSearch, Observation, parse_batch_sizes, parse_size, trial_bound
+from dnnprof.runs.sweep.classify import (
     allocator_state,
     classify_exception,
     classify_exit,
     last_error_line,
     requested_bytes,
 )
-from dnnprof.collect.sweep.runner import observation
-from dnnprof.collect.sweep.spec import SweepSpecError, parse_choices, parse_profile_points
+from dnnprof.runs.sweep.runner import observation
+from dnnprof.runs.sweep.spec import SweepSpecError, parse_choices, parse_profile_points
 
 MiB, GiB = 1 << 20, 1 << 30
 

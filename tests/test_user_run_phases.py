@@ -19,7 +19,7 @@ from dnnprof.analysis.attribution import PHASES, attribute
 from dnnprof.analysis.kernel_names import family
 from dnnprof.analysis.rules import findings_for
 from dnnprof.analysis.summary import summarize
-from dnnprof.collect.assemble import assemble, load_collector
+from dnnprof.ingest.assemble import assemble, load_collector
 
 RUNS = Path(__file__).parent / "data" / "run_user_h100"
 SCRIPTS = ("hf_fused", "lightning", "cuda_fp16")

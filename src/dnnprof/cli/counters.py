@@ -105,10 +105,10 @@ def counters(
     from dnnprof.analysis.summary import analyse, summary_of
     from dnnprof.cli.sources import run_extras
     from dnnprof.collect.config import CollectorConfig
-    from dnnprof.collect.counters_pass import counters_pass
-    from dnnprof.collect.session import child_env
     from dnnprof.model.profile import Profile, ProfileError
     from dnnprof.render.json_out import write_json
+    from dnnprof.runs.counters_pass import counters_pass
+    from dnnprof.runs.session import child_env
 
     meta_path = run / "meta.json"
     if not meta_path.is_file() or not (run / "profile").is_dir():

@@ -47,9 +47,9 @@ def profile(
 ) -> None:
     """Profile a built-in workload: model, real DataLoader, train or inference steps, in a child process."""
     from dnnprof.cli.run import capture_config, counters_joiner, exit_with, findings_of, report, summarizer
-    from dnnprof.collect.finish import ChildRefused
-    from dnnprof.collect.rundir import RunDirError
-    from dnnprof.collect.session import profile_workload
+    from dnnprof.runs.finish import ChildRefused
+    from dnnprof.runs.rundir import RunDirError
+    from dnnprof.runs.session import profile_workload
     from dnnprof.workloads.errors import WorkloadError
 
     knobs = knobs_from_options(batch_size=batch_size, precision=precision, mode=mode, device=device,

@@ -163,8 +163,8 @@ def run(
     Iterations are found by themselves (optimizer steps), warm-up is skipped, a steady window is profiled at
     low overhead, and the script runs to the end with its output and exit code intact.
     """
-    from dnnprof.collect.rundir import RunDirError
-    from dnnprof.collect.session import run_command
+    from dnnprof.runs.rundir import RunDirError
+    from dnnprof.runs.session import run_command
 
     command = [a for a in ctx.args]
     if command and command[0] == "--":

@@ -43,9 +43,9 @@ def analysed(path: Path, rank: int | None = None) -> tuple[Any, dict[str, Any]]:
 def run_extras(path: Path) -> dict[str, Any] | None:
     """What a run directory's summary.json adds to the profile's summary (throughput, samples, memory, overhead,
     host hotspots, run settings), rebuilt from its files as ``dnnprof run`` built it; None for anything else."""
-    from dnnprof.collect.assemble import AssembleError
-    from dnnprof.collect.finish import run_dir_extras
+    from dnnprof.ingest.assemble import AssembleError
     from dnnprof.ingest.detect import kind_of
+    from dnnprof.runs.finish import run_dir_extras
 
     if kind_of(path) not in ("run", "run-raw"):
         return None
@@ -61,7 +61,7 @@ def default_rank(ranks: list[int]) -> int:
 
 
 def _assemble(run_dir: Path) -> Any:
-    from dnnprof.collect.assemble import AssembleError, assemble, load_collector
+    from dnnprof.ingest.assemble import AssembleError, assemble, load_collector
 
     try:
         col = load_collector(run_dir)

@@ -52,8 +52,8 @@ def sweep(
     A command gets the batch size through {batch_size} in its arguments and DNNPROF_BATCH_SIZE in its environment
     (also {precision}/{mode}/{device}/{steps} and DNNPROF_PRECISION/MODE/DEVICE/STEPS).
     """
-    from dnnprof.collect.rundir import safe_name, utc_stamp
-    from dnnprof.collect.sweep import (
+    from dnnprof.runs.rundir import safe_name, utc_stamp
+    from dnnprof.runs.sweep import (
         SweepSpec,
         SweepSpecError,
         default_device,

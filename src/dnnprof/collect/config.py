@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dnnprof.model.run_format import RESULT_FILE as RESULT_FILE  # the collector writes it
+
 MODES = ("default", "full", "counters")
 CONFIG_FILE = "collector_config.json"
-RESULT_FILE = "collector.json"
 SAMPLES_FILE = "samples.json"
 #: Environment variables that connect the profiled process to its run.
 ENV_RUN_DIR = "DNNPROF_RUN_DIR"

@@ -329,7 +329,7 @@ class Controller:
 
     def _counters_boundary(self, k: int) -> None:
         """The ncu pass: NVTX range around step ``counters_step``, then end the process."""
-        from dnnprof.collect.counters_pass import COUNTERS_RANGE
+        from dnnprof.model.run_format import COUNTERS_RANGE
 
         target = self.cfg.counters_step
         nvtx = self.torch.cuda.nvtx

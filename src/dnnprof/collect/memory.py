@@ -66,25 +66,3 @@ def static_breakdown(torch: Any, modules: Iterable[Any], optimizers: Iterable[An
         "gradients_bytes": _unique_bytes(p.grad for p in params),
         "optimizer_state_bytes": _unique_bytes(state),
     }
-
-
-def summarize_memory(per_step: dict[str, list[int]], static: dict[str, int] | None,
-                     device_total_bytes: int | None, window: Iterable[int]) -> dict[str, Any]:
-    """The ``memory`` block of summary.json from per-step peaks (restricted to the steps in ``window``)."""
-    wanted = set(window)
-    steps = per_step.get("step", [])
-    alloc = [a for s, a in zip(steps, per_step.get("peak_allocated_bytes", []), strict=False) if s in wanted]
-    reserved = [r for s, r in zip(steps, per_step.get("peak_reserved_bytes", []), strict=False) if s in wanted]
-    out: dict[str, Any] = {
-        "device_total_bytes": device_total_bytes,
-        "peak_allocated_bytes": max(alloc) if alloc else None,
-        "peak_reserved_bytes": max(reserved) if reserved else None,
-        "per_step": {"step": [s for s in steps if s in wanted], "peak_allocated_bytes": alloc,
-                     "peak_reserved_bytes": reserved},
-    }
-    if static:
-        out["breakdown"] = dict(static)
-        if alloc:
-            used = sum(static.values())
-            out["breakdown"]["activations_other_bytes"] = max(0, max(alloc) - used)
-    return out

@@ -18,7 +18,9 @@ import threading
 import weakref
 from typing import Any
 
-PREFIX = "dnnprof.module:"
+from dnnprof.model.run_format import MODULE_RANGE_PREFIX
+
+PREFIX = MODULE_RANGE_PREFIX
 
 
 def range_name(fqn: str, cls: str) -> str:

@@ -14,7 +14,7 @@ import sys
 
 import dnnprof
 from dnnprof.collect.config import ENV_RUN_DIR
-from dnnprof.collect.session import CHILD_ERROR_FILE
+from dnnprof.model.run_format import CHILD_ERROR_FILE
 
 
 def _fail(message: str) -> int:

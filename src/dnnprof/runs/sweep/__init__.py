@@ -2,7 +2,7 @@
 
 Public API::
 
-    from dnnprof.collect.sweep import SweepSpec, run_sweep, workload_target, parse_batch_sizes
+    from dnnprof.runs.sweep import SweepSpec, run_sweep, workload_target, parse_batch_sizes
     doc = run_sweep(SweepSpec(target=workload_target("deepspeech2-tiny"), out=Path("sw"), device="cpu",
                               batches=parse_batch_sizes("auto"), modes=("train", "infer")))
 
@@ -11,9 +11,9 @@ The sweep directory holds ``sweep.json`` (``dnnprof.sweep/1``), ``trials.jsonl``
 
 from __future__ import annotations
 
-from dnnprof.collect.sweep.runner import Sweep, run_sweep
-from dnnprof.collect.sweep.search import BatchSearch, Observation
-from dnnprof.collect.sweep.spec import (
+from dnnprof.runs.sweep.runner import Sweep, run_sweep
+from dnnprof.runs.sweep.search import BatchSearch, Observation
+from dnnprof.runs.sweep.spec import (
     BatchPlan,
     MemoryLimit,
     SweepSpec,
@@ -28,7 +28,7 @@ from dnnprof.collect.sweep.spec import (
     trial_bound,
     workload_target,
 )
-from dnnprof.collect.sweep.store import SCHEMA
+from dnnprof.runs.sweep.store import SCHEMA
 
 __all__ = [
     "SCHEMA",

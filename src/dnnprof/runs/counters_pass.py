@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from dnnprof.collect.config import CONFIG_FILE, ENV_OWNER, RESULT_FILE, CollectorConfig
+from dnnprof.model.run_format import COUNTERS_RANGE as COUNTERS_RANGE
 
-COUNTERS_RANGE = "dnnprof.counters"
 COUNTERS_DIR = "counters"
 #: ncu replays kernels many times; a generous limit for one step of a large model.
 TIMEOUT_S = 900.0

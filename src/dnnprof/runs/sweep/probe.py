@@ -1,6 +1,6 @@
 """One probe trial: build a workload at one batch size, step it, measure, write a JSON result, exit.
 
-Run by the sweep as ``python -m dnnprof.collect.sweep.probe --result FILE --workload NAME ...`` in a process of its
+Run by the sweep as ``python -m dnnprof.runs.sweep.probe --result FILE --workload NAME ...`` in a process of its
 own, so an out-of-memory or a crash here never touches the sweep. No profiler runs: step times and throughput
 are what the job gets without dnnprof. On a GPU, NVML (and GPM on Hopper) is sampled during the timed window.
 
@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dnnprof.collect.sweep.classify import Failure, classify_exception
-from dnnprof.collect.sweep.limits import apply_cuda_limit, host_memory_peaks
-from dnnprof.collect.sweep.spec import MemoryLimit
-from dnnprof.collect.sweep.stats import percentile
+from dnnprof.runs.sweep.classify import Failure, classify_exception
+from dnnprof.runs.sweep.limits import apply_cuda_limit, host_memory_peaks
+from dnnprof.runs.sweep.spec import MemoryLimit
+from dnnprof.runs.sweep.stats import percentile
 
 FORMAT = "dnnprof.sweep.probe/1"
 #: A probe never runs more timed steps than this, however short they are.
@@ -222,7 +222,7 @@ def _timed(torch: Any, wl: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dnnprof.collect.sweep.probe")
+    ap = argparse.ArgumentParser(prog="python -m dnnprof.runs.sweep.probe")
     ap.add_argument("--result", required=True)
     ap.add_argument("--workload", required=True)
     ap.add_argument("--batch-size", type=int, required=True)

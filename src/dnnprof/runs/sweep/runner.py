@@ -19,14 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnnprof.collect.sweep import backend
-from dnnprof.collect.sweep.backend import Plan
-from dnnprof.collect.sweep.classify import allocator_state, requested_bytes
-from dnnprof.collect.sweep.search import BatchSearch, Observation
-from dnnprof.collect.sweep.spec import CPU_UNSUPPORTED, SweepSpec, trial_bound
-from dnnprof.collect.sweep.store import SweepStore
-from dnnprof.collect.sweep.trial import Finished, run_trial
-from dnnprof.collect.sweep.zygote import ENV_SWITCH, ForkServer
+from dnnprof.runs.sweep import backend
+from dnnprof.runs.sweep.backend import Plan
+from dnnprof.runs.sweep.classify import allocator_state, requested_bytes
+from dnnprof.runs.sweep.search import BatchSearch, Observation
+from dnnprof.runs.sweep.spec import CPU_UNSUPPORTED, SweepSpec, trial_bound
+from dnnprof.runs.sweep.store import SweepStore
+from dnnprof.runs.sweep.trial import Finished, run_trial
+from dnnprof.runs.sweep.zygote import ENV_SWITCH, ForkServer
 
 Echo = Callable[[str], None]
 TrialRunner = Callable[..., Finished]

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dnnprof.collect import metrics
-from dnnprof.collect.assemble import AssembleError, assemble, load_collector
+from dnnprof.analysis import run_metrics as metrics
 from dnnprof.collect.config import CONFIG_FILE, CollectorConfig, write_json_atomic
-from dnnprof.collect.rundir import RunDir
-from dnnprof.collect.session import RunResult
+from dnnprof.ingest.assemble import AssembleError, assemble, load_collector
 from dnnprof.ingest.errors import TraceError
+from dnnprof.runs.rundir import RunDir
+from dnnprof.runs.session import RunResult
 
 RUN_FORMAT = "dnnprof.run/1"
 #: Collector statuses of a complete run (given a profile could be built).
@@ -190,8 +190,8 @@ def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
                              "capture": capture, "complete": complete,
                              "source": {"path": str(rd.target(complete)), "format": "dnnprof-run"}})
         if config.counters and complete:
-            from dnnprof.collect.counters_pass import counters_pass
-            from dnnprof.collect.session import child_env
+            from dnnprof.runs.counters_pass import counters_pass
+            from dnnprof.runs.session import child_env
 
             echo("--counters: running the command again under Nsight Compute for one step")
             capture["counters"] = counters_pass(staging, list(run_meta["command"]), config, profile,

@@ -7,11 +7,10 @@ a few steps after the windows), so ``dilation = profiled median / baseline media
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-
-from dnnprof.collect.memory import summarize_memory
 
 #: GPM and NVML metrics reported in the summary, in this order (others follow alphabetically).
 KEY_METRICS = ("gpu_util_pct", "sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_bw_util_pct",
@@ -237,3 +236,25 @@ def run_extras(col: dict[str, Any], samples: dict[str, Any] | None) -> dict[str,
         "overhead": overhead(col),
         "host_hotspots": col.get("host_hotspots"),
     }
+
+
+def summarize_memory(per_step: dict[str, list[int]], static: dict[str, int] | None,
+                     device_total_bytes: int | None, window: Iterable[int]) -> dict[str, Any]:
+    """The ``memory`` block of summary.json from per-step peaks (restricted to the steps in ``window``)."""
+    wanted = set(window)
+    steps = per_step.get("step", [])
+    alloc = [a for s, a in zip(steps, per_step.get("peak_allocated_bytes", []), strict=False) if s in wanted]
+    reserved = [r for s, r in zip(steps, per_step.get("peak_reserved_bytes", []), strict=False) if s in wanted]
+    out: dict[str, Any] = {
+        "device_total_bytes": device_total_bytes,
+        "peak_allocated_bytes": max(alloc) if alloc else None,
+        "peak_reserved_bytes": max(reserved) if reserved else None,
+        "per_step": {"step": [s for s in steps if s in wanted], "peak_allocated_bytes": alloc,
+                     "peak_reserved_bytes": reserved},
+    }
+    if static:
+        out["breakdown"] = dict(static)
+        if alloc:
+            used = sum(static.values())
+            out["breakdown"]["activations_other_bytes"] = max(0, max(alloc) - used)
+    return out

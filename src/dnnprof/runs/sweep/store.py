@@ -16,8 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from dnnprof.collect.sweep.spec import SweepSpec, SweepSpecError
 from dnnprof.model.outputs import write_bytes_atomic
+from dnnprof.runs.sweep.spec import SweepSpec, SweepSpecError
 
 SCHEMA = "dnnprof.sweep/1"
 SWEEP_FILE = "sweep.json"

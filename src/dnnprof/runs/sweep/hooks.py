@@ -134,8 +134,8 @@ def _apply_limit(torch: ModuleType) -> None:
     device = os.environ.get("DNNPROF_DEVICE", "cuda")
     if not text or device != "cuda":
         return
-    from dnnprof.collect.sweep.limits import apply_cuda_limit
-    from dnnprof.collect.sweep.spec import MemoryLimit
+    from dnnprof.runs.sweep.limits import apply_cuda_limit
+    from dnnprof.runs.sweep.spec import MemoryLimit
 
     limit = MemoryLimit.from_env(text)
 
@@ -156,8 +156,8 @@ def _write(result: Path) -> None:
     st = _state
     if st is None:
         return
-    from dnnprof.collect.sweep.classify import classify_exception
-    from dnnprof.collect.sweep.limits import host_memory_peaks
+    from dnnprof.runs.sweep.classify import classify_exception
+    from dnnprof.runs.sweep.limits import host_memory_peaks
 
     warmup = int(os.environ.get(ENV_WARMUP, "1") or 1)
     explicit = bool(st.explicit_ns)

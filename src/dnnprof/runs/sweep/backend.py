@@ -2,7 +2,7 @@
 
 Two kinds of trial, each a separate process:
 
-* ``probe`` — fits or not, and how fast, without a profiler. A workload runs in ``dnnprof.collect.sweep.probe``;
+* ``probe`` — fits or not, and how fast, without a profiler. A workload runs in ``dnnprof.runs.sweep.probe``;
   a script runs as is, with ``hooks`` (via ``_boot/sitecustomize.py``) timing its steps and reading its peaks.
 * ``profile`` — ``dnnprof profile WORKLOAD …`` or ``dnnprof run … -- SCRIPT``, treated as a black box: the point's
   kernels, phases, GPU busy %, NVML/GPM and memory come from the run directory's ``summary.json``.
@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import dnnprof
-from dnnprof.collect.sweep import spec as S
-from dnnprof.collect.sweep.classify import classify_exit, classify_text, last_error_line
-from dnnprof.collect.sweep.limits import address_space_limiter, host_total_bytes
-from dnnprof.collect.sweep.stats import percentile
-from dnnprof.collect.sweep.trial import Finished
+from dnnprof.runs.sweep import spec as S
+from dnnprof.runs.sweep.classify import classify_exit, classify_text, last_error_line
+from dnnprof.runs.sweep.limits import address_space_limiter, host_total_bytes
+from dnnprof.runs.sweep.stats import percentile
+from dnnprof.runs.sweep.trial import Finished
 
 BOOT_DIR = Path(__file__).resolve().parent / "_boot"
 #: Kernels kept per profiled point.
@@ -104,7 +104,7 @@ def command(spec: S.SweepSpec, plan: Plan, folder: Path) -> tuple[list[str], dic
     preexec = address_space_limiter(limit) if limit and plan.kind == "probe" else None
     py = sys.executable
     if plan.kind == "probe" and t.kind == "workload":
-        argv = [py, "-m", "dnnprof.collect.sweep.probe", "--result", str(folder / "probe.json"),
+        argv = [py, "-m", "dnnprof.runs.sweep.probe", "--result", str(folder / "probe.json"),
                 "--workload", t.name, "--batch-size", str(plan.batch_size), "--precision", plan.precision,
                 "--mode", plan.mode, "--device", spec.device, "--warmup-steps", str(spec.warmup_steps),
                 "--steps", str(spec.steps), "--min-time", str(spec.probe_min_time_s)]

@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from dnnprof.collect.config import RESULT_FILE
-from dnnprof.collect.join import join_attribution
-from dnnprof.collect.modranges import PREFIX
+from dnnprof.ingest.join import join_attribution
 from dnnprof.ingest.kineto import read_kineto
 from dnnprof.model.profile import Profile
+from dnnprof.model.run_format import MODULE_RANGE_PREFIX as PREFIX
+from dnnprof.model.run_format import RESULT_FILE
 from dnnprof.model.schema import OP_CATEGORIES, STEP_SOURCES, empty_table
 from dnnprof.model.steps import assign_steps
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import dnnprof
+from dnnprof import collect
 from dnnprof.collect.bootstrap import BOOT_ERROR_FILE, OWNER_FILE
 from dnnprof.collect.config import (
     CONFIG_FILE,
@@ -33,12 +34,12 @@ from dnnprof.collect.config import (
     CollectorConfig,
     write_json_atomic,
 )
-from dnnprof.collect.rundir import RUNS_ROOT, RunDir, git_info, name_from_command
+from dnnprof.model.run_format import CHILD_ERROR_FILE as CHILD_ERROR_FILE
+from dnnprof.runs.rundir import RUNS_ROOT, RunDir, git_info, name_from_command
 
 #: Put first on the profiled command's PYTHONPATH; holds only ``sitecustomize.py``.
-BOOT_DIR = Path(__file__).resolve().parent / "_boot"
-#: A one-line error the profiled process leaves when it refuses to run (``workload_main``).
-CHILD_ERROR_FILE = "workload_error.txt"
+BOOT_DIR = Path(collect.__file__).resolve().parent / "_boot"  # the profiled process's bootstrap
+
 Summarizer = Callable[[Any], dict[str, Any]]
 #: ``(Profile, summary document) -> findings``: runs on the complete summary.json (run extras included).
 Findings = Callable[[Any, dict[str, Any]], list[dict[str, Any]]]
@@ -185,7 +186,7 @@ def run_command(
         ValueError: a bad capture setting.
         FileNotFoundError: the command's program does not exist.
     """
-    from dnnprof.collect.finish import finish_run
+    from dnnprof.runs.finish import finish_run
 
     config.validate()
     if not command:

@@ -14,7 +14,7 @@ import os
 import resource
 from typing import Any
 
-from dnnprof.collect.sweep.spec import MemoryLimit
+from dnnprof.runs.sweep.spec import MemoryLimit
 
 
 def host_total_bytes() -> int:

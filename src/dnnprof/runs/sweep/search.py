@@ -77,7 +77,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dnnprof.collect.sweep.spec import trial_bound
+from dnnprof.runs.sweep.spec import trial_bound
 
 #: The memory line is used only when the two points differ by at least this share of the capacity: below it,
 #: allocator rounding (2 MiB blocks, 20 MiB segments) swamps the slope.

@@ -18,13 +18,13 @@ def _dnnprof_sweep_boot() -> None:
         return
     try:
         try:
-            import dnnprof.collect.sweep.hooks as hooks
+            import dnnprof.runs.sweep.hooks as hooks
         except ImportError:
             root = os.environ.get("DNNPROF_SWEEP_PKG_ROOT")
             if not root:
                 raise
             sys.path.append(root)  # last: the trial environment's own packages win
-            import dnnprof.collect.sweep.hooks as hooks
+            import dnnprof.runs.sweep.hooks as hooks
         hooks.install()
     except Exception as e:  # noqa: BLE001 - never break the trial; say why the limit/measurements are off
         print(f"dnnprof sweep: trial hooks could not start ({type(e).__name__}: {e})", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 A probe of a built-in workload spent 7 of its ~10 s importing: torch (3–4.5 s on the H100 machine) and, when the
 first optimizer is built, ``torch._dynamo`` (another 3–4.5 s; ``torch.optim.Optimizer.__init__`` imports it). The
-server (``python -m dnnprof.collect.sweep.zygote --workload NAME``) imports torch, the optimizers, dynamo, the data
+server (``python -m dnnprof.runs.sweep.zygote --workload NAME``) imports torch, the optimizers, dynamo, the data
 loader and the workload's own modules once; every trial is then a ``fork`` of it: a process of its own, with its
 own CUDA context, memory peaks and exit status, started in milliseconds.
 
@@ -39,9 +39,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from dnnprof.collect.sweep.trial import KILL_GRACE_S, Finished, read_tail, run_trial
+from dnnprof.runs.sweep.trial import KILL_GRACE_S, Finished, read_tail, run_trial
 
-PROBE_MODULE = "dnnprof.collect.sweep.probe"
+PROBE_MODULE = "dnnprof.runs.sweep.probe"
 #: Imported before the first fork: what every probe needs and is slow to import.
 PRELOAD = ("torch", "torch.optim", "torch._dynamo", "torch.utils.data", "dnnprof.workloads.api",
            "dnnprof.workloads.base", PROBE_MODULE)

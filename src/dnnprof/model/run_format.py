@@ -1,0 +1,13 @@
+"""Names in a run directory that both sides read: the profiled process writes them (``collect``), ingest reads
+them back (``ingest.assemble``)."""
+
+from __future__ import annotations
+
+#: The collector's results, written by the profiled process at its end.
+RESULT_FILE = "collector.json"
+#: Prefix of dnnprof's module ranges (``dnnprof.module:<fqn>|<Class>``), recorded as ``record_function`` ranges.
+MODULE_RANGE_PREFIX = "dnnprof.module:"
+#: NVTX range around the step the counters pass profiles (the profiled process opens it, ncu filters on it).
+COUNTERS_RANGE = "dnnprof.counters"
+#: A built-in workload's error, written by the profiled process for the parent to report.
+CHILD_ERROR_FILE = "workload_error.txt"
