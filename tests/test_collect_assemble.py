@@ -231,9 +231,10 @@ def test_whole_run_fallback_gets_one_step(tmp_path: Path) -> None:
     assert np.isin(profile.tables["ops"]["step"], [0]).all()
 
 
-def test_finish_run_findings_see_the_run_extras_and_settings(tmp_path: Path) -> None:
-    from dnnprof.cli.run import findings_of, summarizer
+def test_finish_run_findings_see_the_run_extras_and_settings(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from dnnprof.collect.config import CollectorConfig
+    from dnnprof.runs import report
     from dnnprof.runs.finish import finish_run
     from dnnprof.runs.rundir import RunDir
 
@@ -244,12 +245,16 @@ def test_finish_run_findings_see_the_run_extras_and_settings(tmp_path: Path) -> 
     (rd.staging / "collector.json").write_text(json.dumps(col))
     seen: list[dict[str, Any]] = []
 
-    def findings(profile: Any, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    findings_of = report.findings_from_analysis
+
+    def findings(analysis: Any, doc: dict[str, Any]) -> list[dict[str, Any]]:
         seen.append(dict(doc))
-        return findings_of(profile, doc)
+        return findings_of(analysis, doc)
+
+    monkeypatch.setattr(report, "findings_from_analysis", findings)
 
     result = finish_run(rd, {"name": "gpt2", "command": ["python", "train.py"], "exit_code": 0}, CollectorConfig(),
-                        summarize=summarizer, echo=lambda m: None, findings=findings)
+                        echo=lambda m: None)
     assert result.complete and len(seen) == 1
     assert {"memory", "samples", "host_hotspots", "throughput", "meta"} <= set(seen[0])  # extras came first
     summary = json.loads((result.run_dir / "summary.json").read_text())
@@ -260,8 +265,8 @@ def test_finish_run_findings_see_the_run_extras_and_settings(tmp_path: Path) -> 
     assert Profile.load(result.run_dir / "profile").meta["run"]["cudnn_benchmark"] is False
 
 
-def test_finish_run_without_findings_keeps_an_empty_list(tmp_path: Path) -> None:
-    from dnnprof.cli.run import summarizer
+def test_finish_run_writes_the_report_of_rank_0(tmp_path: Path) -> None:
+    """summary.json is runs.report's document: the analysis, the run's extras, the findings and the checks."""
     from dnnprof.collect.config import CollectorConfig
     from dnnprof.runs.finish import finish_run
     from dnnprof.runs.rundir import RunDir
@@ -269,8 +274,9 @@ def test_finish_run_without_findings_keeps_an_empty_list(tmp_path: Path) -> None
     rd = RunDir.create("gpt2", out=tmp_path / "run")
     make_run(rd.staging)
     result = finish_run(rd, {"name": "gpt2", "command": ["x"], "exit_code": 0}, CollectorConfig(),
-                        summarize=summarizer, echo=lambda m: None)
-    assert result.summary is not None and result.summary["findings"] == [] and result.summary["meta"] == {}
+                        echo=lambda m: None)
+    assert result.summary is not None and isinstance(result.summary["findings"], list)
+    assert result.summary["meta"] == {} and result.summary["checks"]
 
 
 def test_assemble_full_mode_run_joins_the_detail_window(tmp_path: Path) -> None:

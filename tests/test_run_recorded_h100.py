@@ -120,7 +120,6 @@ _RUN_META_KEYS = ("name", "command", "cwd", "exit_code", "interrupted", "started
 
 def _finished_run(tmp_path: Path) -> Path:
     """The recorded run finished here as ``dnnprof run`` finishes one: profile/, summary.json, meta.json."""
-    from dnnprof.cli.run import findings_of, summarizer
     from dnnprof.collect.config import CollectorConfig
     from dnnprof.runs.finish import finish_run
     from dnnprof.runs.rundir import RunDir
@@ -130,7 +129,7 @@ def _finished_run(tmp_path: Path) -> Path:
     (staging / "expected_summary.json").unlink()
     meta = json.loads((RUN / "meta.json").read_text())
     result = finish_run(RunDir(final=tmp_path / "run", staging=staging), {k: meta[k] for k in _RUN_META_KEYS},
-                        CollectorConfig.load(staging), summarize=summarizer, echo=lambda m: None, findings=findings_of)
+                        CollectorConfig.load(staging), echo=lambda m: None)
     assert result.complete and (result.run_dir / "summary.json").is_file()
     return result.run_dir
 

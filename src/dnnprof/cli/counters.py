@@ -101,13 +101,12 @@ def counters(
     import sys
 
     from dnnprof.analysis.counters_join import join_counters
-    from dnnprof.analysis.rules import findings_from_analysis
-    from dnnprof.analysis.summary import analyse, summary_of
     from dnnprof.cli.sources import run_extras
     from dnnprof.collect.config import CollectorConfig
     from dnnprof.model.profile import Profile, ProfileError
     from dnnprof.render.json_out import write_json
     from dnnprof.runs.counters_pass import counters_pass
+    from dnnprof.runs.report import report
     from dnnprof.runs.session import child_env
 
     meta_path = run / "meta.json"
@@ -148,10 +147,7 @@ def counters(
         write_json(meta, meta_path)
         raise UserError(f"{run}: counters: {result.get('message')}", exit_code=1)
     profile.save(run / "profile")
-    analysis = analyse(profile)
-    doc = summary_of(analysis)
-    doc.update(run_extras(run) or {})  # the run's extras (throughput, samples, memory, …), as the run wrote them
-    doc["findings"] = findings_from_analysis(analysis, doc)
+    _, doc = report(profile, extras=run_extras(run))  # the run's extras (throughput, samples, memory, …)
     write_json(doc, run / "summary.json")
     write_json(meta, meta_path)
     if json_out is not None:

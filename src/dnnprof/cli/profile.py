@@ -46,7 +46,7 @@ def profile(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and notes."),
 ) -> None:
     """Profile a built-in workload: model, real DataLoader, train or inference steps, in a child process."""
-    from dnnprof.cli.run import capture_config, counters_joiner, exit_with, findings_of, report, summarizer
+    from dnnprof.cli.run import capture_config, exit_with, report
     from dnnprof.runs.finish import ChildRefused
     from dnnprof.runs.rundir import RunDirError
     from dnnprof.runs.session import profile_workload
@@ -57,8 +57,7 @@ def profile(
     cfg = capture_config(warmup_steps=warmup_steps, steps=steps, full=full, counters=counters, step_marker=None,
                          stop_after_profile=False, nvml=not no_nvml, nvml_period_ms=nvml_period_ms)
     try:
-        result = profile_workload(workload, knobs, cfg, out=out, summarize=summarizer, findings=findings_of,
-                                  counters_join=counters_joiner if counters else None)
+        result = profile_workload(workload, knobs, cfg, out=out)
     except (WorkloadError, ChildRefused, RunDirError, ValueError) as e:
         raise UserError(str(e)) from None
     report(result, quiet)

@@ -17,29 +17,6 @@ WALL_RATE_DIFF = 0.10
 _CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-def summarizer(profile: Any) -> dict[str, Any]:
-    """``summarize()`` of the run's profile (the base of its summary.json)."""
-    from dnnprof.analysis.summary import summarize
-
-    return summarize(profile)
-
-
-def findings_of(profile: Any, doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The expert-system findings of a run, from its complete summary.json (empty when this build has no rules)."""
-    try:
-        from dnnprof.analysis.rules import findings_for
-    except ImportError:
-        return []
-    return findings_for(profile, doc, rank=0)
-
-
-def counters_joiner(profile: Any, table: Any) -> Any:
-    """Fill a profile's ``counters`` table from an Nsight Compute result (for ``--counters``)."""
-    from dnnprof.analysis.counters_join import join_counters
-
-    return join_counters(profile, table)
-
-
 def capture_config(*, warmup_steps: int, steps: int, full: bool, counters: bool, step_marker: str | None,
                    stop_after_profile: bool, nvml: bool, nvml_period_ms: float) -> Any:
     """The collector settings from command-line options (raises UserError on a bad value)."""
@@ -175,8 +152,7 @@ def run(
                          step_marker=step_marker, stop_after_profile=stop_after_profile, nvml=not no_nvml,
                          nvml_period_ms=nvml_period_ms)
     try:
-        result = run_command(command, cfg, name=name, out=out, summarize=summarizer, findings=findings_of,
-                             counters_join=counters_joiner if counters else None)
+        result = run_command(command, cfg, name=name, out=out)
     except (RunDirError, FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
     report(result, quiet)

@@ -105,6 +105,22 @@ def open_profile(path: str | Path) -> Profile:
         raise TraceError(f"{p}: Nsight Systems SQLite exports are not supported yet; export a torch.profiler "
                          "(Kineto) trace instead")
     if kind == "run-raw":
-        raise TraceError(f"{p}: a dnnprof run directory whose profile was never assembled; `dnnprof analyze` "
-                         "assembles it from its traces")
+        return _assemble_run(p)
     raise TraceError(f"{p}: is an Nsight Compute {'report' if kind == 'ncu-rep' else 'CSV'}, not a timeline trace")
+
+
+def _assemble_run(run_dir: Path) -> Profile:
+    """A run directory whose process ended before ``dnnprof run`` wrote its profile, assembled from its traces."""
+    from dnnprof.ingest.assemble import AssembleError, assemble, load_collector
+
+    try:
+        col = load_collector(run_dir)
+        if col is None:
+            raise TraceError(f"{run_dir}: no collector results")
+        profile, _ = assemble(run_dir, col)
+    except AssembleError as e:
+        raise TraceError(f"{run_dir}: {e}") from None
+    profile.meta.setdefault("source", {})["notes"] = [
+        *profile.meta["source"].get("notes", []),
+        "assembled from the run's traces here: its profile/ was never written (the run ended early?)"]
+    return profile

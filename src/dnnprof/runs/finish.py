@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from dnnprof.analysis import run_metrics as metrics
+from dnnprof.analysis.summary import analyse
 from dnnprof.collect.config import CONFIG_FILE, CollectorConfig, write_json_atomic
 from dnnprof.ingest.assemble import AssembleError, assemble, load_collector
 from dnnprof.ingest.errors import TraceError
+from dnnprof.runs.report import summary_document, with_findings
 from dnnprof.runs.rundir import RunDir
 from dnnprof.runs.session import RunResult
 
@@ -115,14 +117,12 @@ def _samples(run_dir: Path, col: dict[str, Any] | None) -> dict[str, Any] | None
 
 
 def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
-               summarize: Callable[[Any], dict[str, Any]] | None, echo: Callable[[str], None],
-               counters_join: Callable[[Any, Any], Any] | None = None,
-               findings: Callable[[Any, dict[str, Any]], list[dict[str, Any]]] | None = None) -> RunResult:
+               echo: Callable[[str], None]) -> RunResult:
     """Build and write everything the run directory holds, rename it into place, and describe the result.
 
-    ``summary.json`` is ``summarize(profile)`` plus the run's extras (throughput, samples, memory, overhead, host
-    hotspots, ``meta`` with the run's settings such as ``cudnn_benchmark``); ``findings(profile, summary)`` runs
-    last, on that complete document, since several rules read the extras.
+    ``summary.json`` is :mod:`dnnprof.runs.report`'s document of rank 0: the analysis plus the run's extras
+    (throughput, samples, memory, overhead, host hotspots, ``meta`` with the run's settings such as
+    ``cudnn_benchmark``), then the findings, last, on that complete document, since several rules read the extras.
 
     Raises:
         ChildRefused: the workload refused to start (bad knob for this machine); nothing is kept.
@@ -190,28 +190,29 @@ def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
                              "capture": capture, "complete": complete,
                              "source": {"path": str(rd.target(complete)), "format": "dnnprof-run"}})
         if config.counters and complete:
+            from dnnprof.analysis.counters_join import join_counters
             from dnnprof.runs.counters_pass import counters_pass
             from dnnprof.runs.session import child_env
 
             echo("--counters: running the command again under Nsight Compute for one step")
             capture["counters"] = counters_pass(staging, list(run_meta["command"]), config, profile,
-                                                capture["timed_steps"], child_env, counters_join,
+                                                capture["timed_steps"], child_env, join_counters,
                                                 say=lambda m: echo(f"--counters: {m}"))
             if capture["counters"]["status"] != "ok":
                 messages.append(f"counters: {capture['counters']['message']}")
         profile.save(staging / "profile")
-        summary = {}
-        if summarize is not None:
+        extras = summary_extras(col, _samples(staging, col), complete=complete, status=status, mode=config.mode)
+        summary = dict(extras)
+        analysis = None
+        try:
+            analysis = analyse(profile, rank=0)
+            summary = summary_document(analysis, extras)
+        except Exception as e:  # noqa: BLE001 - the capture is valid even when the analysis trips; say so
+            meta["summary_error"] = f"{type(e).__name__}: {e}"
+            messages.append(f"summary failed ({type(e).__name__}: {e}); the profile itself is fine")
+        if analysis is not None and "summary_error" not in meta:
             try:
-                summary = summarize(profile)
-            except Exception as e:  # noqa: BLE001 - the capture is valid even when the analysis trips; say so
-                meta["summary_error"] = f"{type(e).__name__}: {e}"
-                messages.append(f"summary failed ({type(e).__name__}: {e}); the profile itself is fine")
-        summary.update(summary_extras(col, _samples(staging, col), complete=complete, status=status,
-                                      mode=config.mode))
-        if findings is not None and summary and "summary_error" not in meta:
-            try:
-                summary["findings"] = findings(profile, summary)
+                summary = with_findings(analysis, summary)
             except Exception as e:  # noqa: BLE001 - a rule that trips must not lose the run; say so
                 meta["findings_error"] = f"{type(e).__name__}: {e}"
                 messages.append(f"findings failed ({type(e).__name__}: {e}); the summary itself is fine")

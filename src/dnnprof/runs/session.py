@@ -40,9 +40,6 @@ from dnnprof.runs.rundir import RUNS_ROOT, RunDir, git_info, name_from_command
 #: Put first on the profiled command's PYTHONPATH; holds only ``sitecustomize.py``.
 BOOT_DIR = Path(collect.__file__).resolve().parent / "_boot"  # the profiled process's bootstrap
 
-Summarizer = Callable[[Any], dict[str, Any]]
-#: ``(Profile, summary document) -> findings``: runs on the complete summary.json (run extras included).
-Findings = Callable[[Any, dict[str, Any]], list[dict[str, Any]]]
 #: How long dnnprof waits after a Ctrl-C for the child to start flushing before forwarding the signal.
 FORWARD_AFTER_S = 0.5
 
@@ -157,12 +154,9 @@ def run_command(
     name: str | None = None,
     out: Path | None = None,
     root: Path = RUNS_ROOT,
-    summarize: Summarizer | None = None,
     cwd: Path | None = None,
     workload: dict[str, Any] | None = None,
     echo: Callable[[str], None] | None = None,
-    counters_join: Callable[[Any, Any], Any] | None = None,
-    findings: Findings | None = None,
 ) -> RunResult:
     """Profile ``command`` (e.g. ``["python", "train.py", "--lr", "3e-4"]``) and write its run directory.
 
@@ -172,14 +166,9 @@ def run_command(
         name: run name (default: from the command).
         out: exact run directory (default: ``root/<name>-<UTC timestamp>``).
         root: parent of default run directories.
-        summarize: ``Profile -> dict`` (``dnnprof.analysis.summary.summarize``) for summary.json; None skips it.
         cwd: working directory of the command.
         workload: the built-in workload's name and knobs, recorded in the metadata.
         echo: where dnnprof's own one-line messages go (default: stderr with a ``dnnprof:`` prefix).
-        counters_join: ``(Profile, NcuTable) -> join`` (``dnnprof.analysis.counters_join.join_counters``): with
-            ``config.counters``, the command runs a second time under Nsight Compute and this fills the counters.
-        findings: ``(Profile, summary) -> list`` (``dnnprof.analysis.rules.findings_for``): the summary's
-            ``findings``, computed once the run's extras (memory, samples, host hotspots, settings) are in it.
 
     Raises:
         RunDirError: the run directory cannot be created.
@@ -213,8 +202,7 @@ def run_command(
         "child_error": (rd.staging / CHILD_ERROR_FILE).read_text().strip()
         if (rd.staging / CHILD_ERROR_FILE).exists() else None,
     }
-    return finish_run(rd, run_meta, config, summarize=summarize, echo=say, counters_join=counters_join,
-                      findings=findings)
+    return finish_run(rd, run_meta, config, echo=say)
 
 
 def profile_workload(
@@ -224,11 +212,8 @@ def profile_workload(
     *,
     out: Path | None = None,
     root: Path = RUNS_ROOT,
-    summarize: Summarizer | None = None,
     echo: Callable[[str], None] | None = None,
     python: str | None = None,
-    counters_join: Callable[[Any, Any], Any] | None = None,
-    findings: Findings | None = None,
 ) -> RunResult:
     """Profile a built-in workload in a child process (``dnnprof.collect.workload_main``).
 
@@ -252,5 +237,4 @@ def profile_workload(
     config.warmup_until_steady = True  # the workload's loop runs as long as the collector needs
     command = [python or sys.executable, "-m", "dnnprof.collect.workload_main", "--workload", workload,
                "--knobs", json.dumps(resolved.as_dict())]
-    return run_command(command, config, name=workload, out=out, root=root, summarize=summarize, workload=info,
-                       echo=echo, counters_join=counters_join, findings=findings)
+    return run_command(command, config, name=workload, out=out, root=root, workload=info, echo=echo)

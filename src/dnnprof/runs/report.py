@@ -1,0 +1,73 @@
+"""The one writer of every summary document (``dnnprof.summary/1``): ``run``, ``profile``, ``analyze``, ``diff`` and
+``counters`` build theirs here, so the same input gives the same document whichever command produced it.
+
+A summary is the analysis of one rank of a profile (:func:`dnnprof.analysis.summary.summary_of`), plus, for a run
+directory, what the run measured outside the trace (throughput, NVML/GPM samples, memory, the capture's cost, host
+hotspots, the run's settings: :func:`dnnprof.runs.finish.summary_extras`), then the findings and the self-checks,
+computed last since rules read those extras.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dnnprof.analysis.rules import findings_from_analysis
+from dnnprof.analysis.summary import Analysis, analyse, summary_of
+from dnnprof.ingest.detect import kind_of, open_profile
+from dnnprof.model.profile import Profile
+
+
+class ReportError(ValueError):
+    """The input holds no such rank, or its run directory cannot be read back."""
+
+
+def default_rank(ranks: list[int]) -> int:
+    """The rank to report on when none is named: the only one there is (a cluster job's rank-34 file), else 0."""
+    return int(ranks[0]) if len(ranks) == 1 else 0
+
+
+def summary_document(analysis: Analysis, extras: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The summary without its findings: the analysis, and a run's extras on top."""
+    doc = summary_of(analysis)
+    doc.update(extras or {})
+    return doc
+
+
+def with_findings(analysis: Analysis, doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with its findings (and the checks on them), computed on the complete document."""
+    doc["findings"] = findings_from_analysis(analysis, doc)
+    return doc
+
+
+def report(profile: Profile, rank: int | None = None,
+           extras: dict[str, Any] | None = None) -> tuple[Analysis, dict[str, Any]]:
+    """The analysis of one rank of ``profile`` and its complete summary document."""
+    rank = default_rank(profile.ranks) if rank is None else rank
+    if rank not in profile.ranks:
+        raise ReportError(f"no rank {rank} (ranks in the trace: {profile.ranks})")
+    analysis = analyse(profile, rank=rank)
+    return analysis, with_findings(analysis, summary_document(analysis, extras))
+
+
+def report_path(path: Path, rank: int | None = None) -> tuple[Analysis, dict[str, Any]]:
+    """:func:`report` of anything ``analyze`` reads; a run directory adds what the run measured beside its trace.
+
+    Raises:
+        dnnprof.ingest.errors.TraceError: the input cannot be read.
+        ReportError: no such rank, or the run directory's own files cannot be read.
+    """
+    from dnnprof.ingest.assemble import AssembleError
+    from dnnprof.runs.finish import run_dir_extras
+
+    profile = open_profile(path)
+    extras = None
+    if kind_of(path) in ("run", "run-raw"):
+        try:
+            extras = run_dir_extras(path)
+        except AssembleError as e:
+            raise ReportError(str(e)) from None
+    try:
+        return report(profile, rank, extras)
+    except ReportError as e:
+        raise ReportError(f"{path}: {e}") from None
