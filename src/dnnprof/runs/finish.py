@@ -15,8 +15,8 @@ from dnnprof.collect.config import CONFIG_FILE, CollectorConfig, write_json_atom
 from dnnprof.ingest.assemble import AssembleError, assemble, load_collector
 from dnnprof.ingest.errors import TraceError
 from dnnprof.runs.report import summary_document, with_findings
+from dnnprof.runs.result import RunResult
 from dnnprof.runs.rundir import RunDir
-from dnnprof.runs.session import RunResult
 
 RUN_FORMAT = "dnnprof.run/1"
 #: Collector statuses of a complete run (given a profile could be built).

@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from dnnprof.collect.config import (
     write_json_atomic,
 )
 from dnnprof.model.run_format import CHILD_ERROR_FILE as CHILD_ERROR_FILE
+from dnnprof.runs.result import RunResult
 from dnnprof.runs.rundir import RUNS_ROOT, RunDir, git_info, name_from_command
 
 #: Put first on the profiled command's PYTHONPATH; holds only ``sitecustomize.py``.
@@ -42,42 +42,6 @@ BOOT_DIR = Path(collect.__file__).resolve().parent / "_boot"  # the profiled pro
 
 #: How long dnnprof waits after a Ctrl-C for the child to start flushing before forwarding the signal.
 FORWARD_AFTER_S = 0.5
-
-
-@dataclass
-class RunResult:
-    """What a profiling run produced.
-
-    Attributes:
-        run_dir: the final run directory (``…-<ts>`` or ``…-<ts>.incomplete``).
-        complete: True when the profile covers every planned window.
-        status: the collector's status (``complete``, ``partial``, ``no_steps``, ``too_few_steps``, ``not_started``).
-        exit_code: the profiled command's exit code (128 + signal number when killed by a signal).
-        interrupted: Ctrl-C (or SIGTERM) ended the run.
-        messages: sentences for the user (what happened, how to fix it).
-        summary: the summary.json document, when a profile was built and summarised.
-    """
-
-    run_dir: Path
-    complete: bool
-    status: str
-    exit_code: int
-    interrupted: bool = False
-    messages: list[str] = field(default_factory=list)
-    summary: dict[str, Any] | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def profile_dir(self) -> Path | None:
-        p = self.run_dir / "profile"
-        return p if p.is_dir() else None
-
-    def load_profile(self) -> Any:
-        from dnnprof.model.profile import Profile
-
-        if self.profile_dir is None:
-            raise FileNotFoundError(f"{self.run_dir}: this run has no profile")
-        return Profile.load(self.profile_dir)
 
 
 def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
