@@ -1,6 +1,7 @@
 """Every file of the foreign trace corpus (``../shared/foreign``: other projects' profiler outputs, see its README)
 through ``dnnprof analyze``: no traceback; a clear one-line error (exit 2) for what is not a trace dnnprof reads;
-and kernel totals exactly equal to a count made here from the raw JSON with nothing but ``json``.
+and kernel totals exactly equal to a count made here from the raw JSON with nothing but ``json`` (for an Nsight
+Systems SQLite export, with plain SQL).
 
 Files are found by globbing the folder, so a file added there is covered without editing this test.
 """
@@ -11,6 +12,7 @@ import csv
 import gzip
 import io
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,6 @@ ENTRIES = sorted(p for p in FOREIGN.glob("*") if p.suffix != ".md") if FOREIGN.i
 NOT_READ = {
     "hta__memory_timeline_raw.gz": "a JSON array whose items are not trace events",  # export_memory_timeline raw
     "hta__pytorch_execution_trace_et.json.gz": "not a Chrome/Kineto trace (no 'traceEvents')",  # Chakra ET
-    "memfusion__rtx3090_trt_conv_nsys.sqlite": "Nsight Systems SQLite exports are not supported yet",
 }
 KERNEL_CATEGORIES = ("kernel", "Kernel")  # "Kernel": torch 1.8/1.9
 
@@ -44,6 +45,16 @@ def _raw_kernels(path: Path, rank: int) -> tuple[int, int]:
         durs = [e.get("dur", 0) for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in KERNEL_CATEGORIES]
         return len(durs), sum(max(0, round(float(d) * 1000)) for d in durs)
     raise AssertionError(f"no trace of rank {rank} in {path}")
+
+
+def _sql_kernels(path: Path) -> tuple[int, int]:
+    """(kernels, their summed duration in ns) of an Nsight Systems SQLite export, by plain SQL."""
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        n, total = con.execute('SELECT count(*), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL').fetchone()
+    finally:
+        con.close()
+    return int(n), int(total or 0)
 
 
 def _ncu_launches(path: Path) -> int:
@@ -69,7 +80,7 @@ def test_analyze_foreign(path: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     if path.suffix == ".csv":  # Nsight Compute: launches, not a timeline
         assert doc["launches"] == sum(k["launches"] for k in doc["kernels"]) == _ncu_launches(path)
         return
-    count, total_ns = _raw_kernels(path, doc.get("rank", 0))
+    count, total_ns = _sql_kernels(path) if path.suffix == ".sqlite" else _raw_kernels(path, doc.get("rank", 0))
     assert sum(k["calls"] for k in doc["kernels"]) == count
     assert sum(round(k["total_us"] * 1000) for k in doc["kernels"]) == total_ns
     assert doc["gpu"]["has_activity"] == bool(count or doc["gpu"]["memcpy_us"] or doc["gpu"]["memset_us"])

@@ -96,7 +96,10 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     if hier.size:
         own_module[hier] = ops["module_id"][hier]
 
-    step_marker = is_annot & _flag(profile, names, lambda s: s.startswith(_STEP_PREFIXES))
+    # A step's own marker range (ProfilerStep#N, or a repeating NVTX range an nsys export's steps were cut from).
+    marker_ids = profile.tables["steps"]["name_id"]
+    step_marker = is_annot & (_flag(profile, names, lambda s: s.startswith(_STEP_PREFIXES))
+                              | np.isin(ops["name_id"], marker_ids[marker_ids >= 0]))
     # Phases, layers and source lines are inherited within a step, never across its marker.
     parent = np.where(step_marker, -1, parent)
     optimizer_own = _flag(profile, names, lambda s: s.startswith(_OPTIMIZER_PREFIXES))

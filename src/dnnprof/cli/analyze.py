@@ -11,7 +11,8 @@ from dnnprof.cli.errors import UserError
 
 def analyze(
     trace: Path = typer.Argument(..., help="Kineto/torch.profiler JSON(.gz), a folder of per-rank traces, a saved "
-                                           "profile or a dnnprof run directory.", show_default=False),
+                                           "profile, a dnnprof run directory, an Nsight Systems SQLite export or "
+                                           ".nsys-rep report, or an Nsight Compute CSV.", show_default=False),
     json_out: Path | None = typer.Option(None, "--json", help="Write the dnnprof.summary/1 JSON here ('-' = stdout)."),
     top: int = typer.Option(15, "--top", min=1, help="Rows to show in each table."),
     save: Path | None = typer.Option(None, "--save", help="Save the canonical profile (Parquet) in this folder: a "

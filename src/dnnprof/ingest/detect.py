@@ -1,4 +1,5 @@
-"""What a path holds: a Kineto trace, a folder of traces (one per rank), a saved profile, an ncu CSV, …"""
+"""What a path holds: a Kineto trace, a folder of traces (one per rank), a saved profile, an nsys export, an ncu
+CSV, …"""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 from dnnprof.ingest.errors import TraceError
 from dnnprof.model.profile import Profile, ProfileError
 
+#: The first bytes of every SQLite 3 database file.
+SQLITE_MAGIC = b"SQLite format 3\x00"
 _TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 
 
@@ -18,7 +21,8 @@ RUN_RESULTS, RUN_TRACES = "collector.json", "trace"
 def kind_of(path: Path) -> str:
     """One of: 'profile' (saved dnnprof profile dir), 'run' (dnnprof run dir), 'run-raw' (a run directory whose
     profile was never assembled: its collector results and traces only), 'kineto', 'kineto-dir', 'ncu-csv',
-    'ncu-rep', 'nsys-sqlite'. Raises TraceError for anything else."""
+    'ncu-rep', 'nsys-sqlite' (by content: the SQLite magic; its tables are checked by the reader), 'nsys-rep' (an
+    Nsight Systems report, ``.nsys-rep`` or the older ``.qdrep``). Raises TraceError for anything else."""
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
     if path.is_dir():
@@ -34,9 +38,11 @@ def kind_of(path: Path) -> str:
     name = path.name.lower()
     if name.endswith(".ncu-rep"):
         return "ncu-rep"
-    if name.endswith((".sqlite", ".db")):
-        return "nsys-sqlite"
+    if name.endswith((".nsys-rep", ".qdrep")):
+        return "nsys-rep"
     head = _head(path)
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys-sqlite"
     if head.startswith(b"\x1f\x8b"):
         head = _gunzip_head(path)
     text = head.lstrip()
@@ -44,11 +50,10 @@ def kind_of(path: Path) -> str:
         return "kineto"
     if (text.startswith((b'"ID"', b"==PROF==", b"==ERROR==", b"==WARNING==")) or b'"Kernel Name"' in head):
         return "ncu-csv"
-    if head.startswith(b"SQLite format 3"):
-        return "nsys-sqlite"
     if not head:
         raise TraceError(f"{path}: empty file")
-    raise TraceError(f"{path}: not a trace dnnprof can read (expected Kineto JSON, a dnnprof profile or an ncu CSV)")
+    raise TraceError(f"{path}: not a trace dnnprof can read (expected Kineto JSON, a dnnprof profile, an Nsight "
+                     "Systems SQLite export or report, or an ncu CSV)")
 
 
 def _head(path: Path, n: int = 4096) -> bytes:
@@ -102,8 +107,14 @@ def open_profile(path: str | Path) -> Profile:
             return read_kineto(files[0])
         return merge_ranks([read_kineto(f) for f in files], source=p)
     if kind == "nsys-sqlite":
-        raise TraceError(f"{p}: Nsight Systems SQLite exports are not supported yet; export a torch.profiler "
-                         "(Kineto) trace instead")
+        from dnnprof.ingest.nsys_sqlite import read_nsys_sqlite
+
+        return read_nsys_sqlite(p)
+    if kind == "nsys-rep":
+        from dnnprof.ingest.nsys_export import sqlite_of_report
+        from dnnprof.ingest.nsys_sqlite import read_nsys_sqlite
+
+        return read_nsys_sqlite(sqlite_of_report(p))
     if kind == "run-raw":
         return _assemble_run(p)
     raise TraceError(f"{p}: is an Nsight Compute {'report' if kind == 'ncu-rep' else 'CSV'}, not a timeline trace")

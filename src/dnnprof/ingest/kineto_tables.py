@@ -117,7 +117,8 @@ def _memset_kind(name: str) -> int:
 _SYNC_APIS = ("Synchronize",)
 
 
-def _api_kind(name: str) -> int:
+def api_kind(name: str) -> int:
+    """Index into API_KINDS of a CUDA runtime/driver call's name (shared by every reader of runtime calls)."""
     if "Graph" in name and "Launch" in name:
         return API_KINDS.index("graph_launch")
     if "LaunchKernel" in name or "LaunchCooperativeKernel" in name or name.startswith("cuLaunch"):
@@ -346,7 +347,7 @@ class EventColumns:
         t["correlation"][:] = cols["correlation"][order]
         t["cbid"][:] = cols["cbid"][order]
         if names.size:
-            t["api_kind"][:] = self._by_name(names, _api_kind)
+            t["api_kind"][:] = self._by_name(names, api_kind)
         driver = np.concatenate([np.full(n, c == "cuda_driver") for c, n in counts])
         t["driver"][:] = driver[order]
         return t
