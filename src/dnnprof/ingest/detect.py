@@ -48,6 +48,10 @@ def kind_of(path: Path) -> str:
     text = head.lstrip()
     if text[:1] in (b"{", b"["):
         return "kineto"
+    from dnnprof.ingest.nvprof_csv import is_nvprof_csv
+
+    if is_nvprof_csv(head):
+        return "nvprof-csv"
     if (text.startswith((b'"ID"', b"==PROF==", b"==ERROR==", b"==WARNING==")) or b'"Kernel Name"' in head):
         return "ncu-csv"
     if not head:
@@ -115,6 +119,10 @@ def open_profile(path: str | Path) -> Profile:
         from dnnprof.ingest.nsys_sqlite import read_nsys_sqlite
 
         return read_nsys_sqlite(sqlite_of_report(p))
+    if kind == "nvprof-csv":
+        from dnnprof.ingest.nvprof_csv import read_nvprof_csv
+
+        return read_nvprof_csv(p)
     if kind == "run-raw":
         return _assemble_run(p)
     raise TraceError(f"{p}: is an Nsight Compute {'report' if kind == 'ncu-rep' else 'CSV'}, not a timeline trace")
