@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dnnprof.collect import join
+from dnnprof.ingest import join
 
 DATA = Path(__file__).parent / "data" / "join" / "deepspeech2_runtime_steps.json.gz"
 
