@@ -157,7 +157,7 @@ def test_a_failure_while_writing_leaves_the_earlier_profile(tmp_path: Path, gpt2
         return real(*args, **kwargs)
 
     monkeypatch.setattr(pq, "write_table", failing)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OutputError, match="No space left"):
         open_profile(CPU_MLP).save(saved)
     assert _contents(saved) == before
     assert _kernels(saved) == gpt2.rows("kernels")
@@ -187,7 +187,7 @@ def test_the_swap_never_leaves_the_path_without_a_profile(tmp_path: Path, gpt2: 
     cpu = open_profile(CPU_MLP)
     try:
         cpu.save(saved)
-    except OSError:
+    except OutputError:
         assert _contents(saved) == before  # the rename failed: the earlier profile is still there, whole
         assert _kernels(saved) == gpt2.rows("kernels")
     else:
@@ -391,3 +391,83 @@ def test_links_are_written_through_never_replaced(tmp_path: Path, capsys) -> Non
     assert main(["analyze", str(CPU_MLP), "--save", str(tmp_path / "gone"), "--quiet"]) == 2
     _one_error_line(capsys, "broken symbolic link")
     assert (tmp_path / "gone").is_symlink()
+
+
+# --- a full disk, leftovers of a killed dnnprof ---------------------------------------------------------------------
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_a_full_disk_during_save_is_one_error_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    import pyarrow.parquet as pq
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", full)
+    assert main(["analyze", str(CPU_MLP), "--save", str(tmp_path / "prof"), "--quiet"]) == 2
+    _one_error_line(capsys, str(tmp_path / "prof"), "No space left on device")
+    assert not (tmp_path / "prof").exists()
+    _no_leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("option", ["--json", "--perfetto", "--html"])
+def test_a_full_disk_during_a_file_output_is_one_error_line(tmp_path: Path, option: str, monkeypatch,
+                                                          capsys) -> None:
+    out = tmp_path / "out.file"
+    out.write_bytes(b"the earlier output\n")
+    real = os.fsync
+
+    def full(fd: int) -> None:
+        real(fd)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["analyze", str(CPU_MLP), option, str(out), "--quiet"]) == 2
+    _one_error_line(capsys, str(out), "No space left on device")
+    assert out.read_bytes() == b"the earlier output\n"
+    _no_leftovers(tmp_path)
+
+
+def test_a_killed_save_s_staging_folder_is_removed_on_the_next_save(tmp_path: Path, gpt2: Profile) -> None:
+    dead = tmp_path / f".prof.{_dead_pid()}-abc123.tmp"
+    dead.mkdir()
+    (dead / "kernels.parquet").write_bytes(b"half")
+    dead_file = tmp_path / f".prof.{_dead_pid()}-xyz.tmp"
+    dead_file.write_bytes(b"half")
+    live = tmp_path / f".prof.{os.getpid()}-def456.tmp"  # a save still running in this very process
+    live.mkdir()
+    other = tmp_path / ".prof.notes.tmp"  # not named like ours: left alone
+    other.write_text("mine")
+    gpt2.save(tmp_path / "prof")
+    assert not dead.exists() and not dead_file.exists()
+    assert live.is_dir() and other.read_text() == "mine"
+
+
+def test_a_killed_file_write_s_temporary_file_is_removed_on_the_next_write(tmp_path: Path) -> None:
+    stale = tmp_path / f".out.json.{_dead_pid()}-q1w2e3.tmp"
+    stale.write_bytes(b"{\"half")
+    outputs.write_text_atomic(tmp_path / "out.json", "{}")
+    assert not stale.exists()
+    _no_leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_outputs_and_run_folders_follow_the_umask(tmp_path: Path, gpt2: Profile, umask: int) -> None:
+    from dnnprof.collect.rundir import RunDir
+
+    old = os.umask(umask)
+    try:
+        saved = gpt2.save(tmp_path / "prof")
+        written = outputs.write_text_atomic(tmp_path / "out.html", "<p>")
+        run = RunDir.create("train", out=tmp_path / "run")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o777 & ~umask
+    assert stat.S_IMODE(written.stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE(run.staging.stat().st_mode) == 0o777 & ~umask

@@ -9,6 +9,8 @@ destroying what dnnprof did not write.
   (``Profile.save`` does). The new folder is written complete beside the old one and the two are swapped in one
   ``renameat2(RENAME_EXCHANGE)`` where the system has it (Linux), so a crash leaves the old folder or the new one
   at the path, never neither.
+* Temporary files and folders are named ``.<target>.<pid>-<random>.tmp``: one left by a killed dnnprof (whose pid
+  is gone) is removed the next time the same output is written (:func:`remove_stale_temps`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class OutputError(ValueError):
     """An output that must not or cannot be written; the message names the path and says what to do."""
 
 
-def _plain_mode(default: int) -> int:
+def plain_mode(default: int) -> int:
     """``default`` less the umask: what ``open``/``mkdir`` would give (mkstemp and mkdtemp make private 0600/0700
     entries, which would turn a shared report or profile private)."""
     mask = os.umask(0)
@@ -40,7 +42,7 @@ def _mode_for(target: Path) -> int:
     try:
         return target.stat().st_mode & 0o7777
     except OSError:
-        return _plain_mode(0o666)
+        return plain_mode(0o666)
 
 
 def check_parent(path: Path) -> None:
@@ -79,6 +81,47 @@ def check_output_file(path: str | os.PathLike[str], *, option: str = "output",
     return target
 
 
+def _temp_prefix(target: Path) -> str:
+    return f".{target.name}.{os.getpid()}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process (alive), or not a pid at all
+        return pid > 0
+    return True
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Remove the temporary files and folders beside ``target`` that a killed dnnprof left (their pid is not
+    running); those of a dnnprof still writing are kept. Returns what was removed."""
+    removed: list[Path] = []
+    head = f".{target.name}."
+    try:
+        entries = list(target.parent.iterdir())
+    except OSError:
+        return removed
+    for p in entries:
+        name = p.name
+        if not (name.startswith(head) and name.endswith(".tmp")):
+            continue
+        pid, dash, _ = name[len(head):-len(".tmp")].partition("-")
+        if not dash or not pid.isdigit() or _pid_alive(int(pid)):
+            continue
+        try:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        except OSError:
+            continue  # not ours to remove (permissions): leave it
+        removed.append(p)
+    return removed
+
+
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, option: str = "output") -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename (fsynced first). A
     symbolic link is written through: the file it points to is replaced, the link stays."""
@@ -90,8 +133,9 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, option: str
     except OSError as e:
         raise OutputError(f"{target}: cannot create the folder {target.parent} ({e.strerror})") from None
     mode = _mode_for(target)
+    remove_stale_temps(target)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent)
     except OSError as e:
         raise OutputError(f"{target}: cannot write in {target.parent} ({e.strerror})") from None
     try:
@@ -120,10 +164,11 @@ def temp_dir_beside(target: Path) -> Path:
     permissions a plain ``mkdir`` would give."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        remove_stale_temps(target)
+        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent))
     except OSError as e:
         raise OutputError(f"{target}: cannot write in {target.parent} ({e.strerror})") from None
-    os.chmod(tmp, _plain_mode(0o777))
+    os.chmod(tmp, plain_mode(0o777))
     return tmp
 
 

@@ -152,7 +152,8 @@ class Profile:
         refused (see :func:`check_save_target`; ``force`` also replaces a profile of another dnnprof version).
 
         Raises:
-            OutputError: ``directory`` is a file or a folder that holds what dnnprof did not write.
+            OutputError: ``directory`` is a file or a folder that holds what dnnprof did not write, or the
+                profile could not be written (a full disk): the message names the folder and the system's reason.
         """
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -170,6 +171,10 @@ class Profile:
             (tmp / _META_FILE).write_text(json.dumps(doc, indent=1, default=str))
             check_save_target(target, force=force)  # again: the folder may have changed while the tables were written
             replace_dir(tmp, target)
+        except OSError as e:  # a full disk, a quota, a file system gone read-only: one line naming the folder
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise OutputError(f"{target}: cannot save the profile ({e.strerror or e}); nothing half-written "
+                              "was left there") from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dnnprof.model.outputs import plain_mode
+
 RUNS_ROOT = Path("dnnprof-runs")
 INCOMPLETE_FILE = "INCOMPLETE"
 INCOMPLETE_SUFFIX = ".incomplete"
@@ -83,7 +85,7 @@ class RunDir:
             # A unique name: a run killed before it finished leaves its staging folder behind, and a later run
             # with the same --out must neither fail on it nor write into it.
             staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=STAGING_SUFFIX, dir=final.parent))
-            staging.chmod(0o755)  # mkdtemp makes it private; a run directory is as readable as any output
+            staging.chmod(plain_mode(0o777))  # mkdtemp makes it private; a run folder follows the umask like mkdir
         except OSError as e:
             raise RunDirError(f"{final.parent}: cannot create the run directory ({e.strerror})") from None
         return cls(final=final.absolute(), staging=staging.absolute())
