@@ -459,7 +459,7 @@ def test_a_killed_file_write_s_temporary_file_is_removed_on_the_next_write(tmp_p
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
 def test_outputs_and_run_folders_follow_the_umask(tmp_path: Path, gpt2: Profile, umask: int) -> None:
-    from dnnprof.collect.rundir import RunDir
+    from dnnprof.runs.rundir import RunDir
 
     old = os.umask(umask)
     try:

@@ -33,6 +33,7 @@ from dnnprof.collect.config import (
     CollectorConfig,
     write_json_atomic,
 )
+from dnnprof.collect.lifeline import die_with_parent
 from dnnprof.model.run_format import CHILD_ERROR_FILE as CHILD_ERROR_FILE
 from dnnprof.runs.result import RunResult
 from dnnprof.runs.rundir import RUNS_ROOT, RunDir, git_info, name_from_command
@@ -151,7 +152,8 @@ def run_command(
     cwd = Path(cwd) if cwd is not None else Path.cwd()
     write_json_atomic(rd.staging / "command.json", {"command": command, "cwd": str(cwd)})
     try:
-        proc = subprocess.Popen(command, env=child_env(rd.staging), cwd=cwd)
+        # The script dies with dnnprof (kill -9 of dnnprof must not leave it running under PID 1).
+        proc = subprocess.Popen(command, env=child_env(rd.staging), cwd=cwd, preexec_fn=die_with_parent())
     except OSError as e:
         shutil.rmtree(rd.staging, ignore_errors=True)  # nothing ran: leave nothing behind
         raise FileNotFoundError(f"{command[0]}: cannot run ({e.strerror})") from None

@@ -19,12 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dnnprof.collect.lifeline import end_stale_groups
 from dnnprof.runs.sweep import backend
 from dnnprof.runs.sweep.backend import Plan
 from dnnprof.runs.sweep.classify import allocator_state, requested_bytes
 from dnnprof.runs.sweep.search import BatchSearch, Observation
 from dnnprof.runs.sweep.spec import CPU_UNSUPPORTED, SweepSpec, trial_bound
-from dnnprof.runs.sweep.store import SweepStore
+from dnnprof.runs.sweep.store import TRIALS_DIR, SweepStore
 from dnnprof.runs.sweep.trial import Finished, run_trial
 from dnnprof.runs.sweep.zygote import ENV_SWITCH, ForkServer
 
@@ -68,6 +69,9 @@ class Sweep:
         self.fork_server = ForkServer(spec.target.name, spec.device, os.environ, spec.out / "fork_server.log") \
             if runner is None and use_fork_server(spec) else None
         self.store = SweepStore(spec.out, spec)
+        # A trial of an earlier run of this sweep killed with -9 may still hold the device: end it first.
+        for pgid in end_stale_groups(spec.out / TRIALS_DIR):
+            self.echo(f"ended a trial left running by an earlier run of this sweep (process group {pgid})")
         self.series = [Series(p, m) for m in spec.modes for p in spec.precisions]
         self.t0 = time.monotonic()
         self.trials_run = 0

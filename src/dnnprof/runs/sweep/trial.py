@@ -2,7 +2,8 @@
 
 The child gets a new session (``start_new_session``): a terminal Ctrl-C reaches the sweep only, and the sweep
 kills the whole group (the trial, its DataLoader workers, a profiler's children) when the trial times out or the
-sweep is interrupted. stdout and stderr go to files in the trial's folder, never to pipes that could fill up.
+sweep is interrupted. When the sweep is killed outright, the trial gets SIGKILL from the kernel and the resumed
+sweep ends what is left of its group (see ``dnnprof.collect.lifeline``). stdout and stderr go to files in the trial's folder, never to pipes that could fill up.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from dnnprof.collect.lifeline import die_with_parent, forget_group, record_group
 
 #: Seconds a killed trial gets between SIGTERM (a profiler flushes) and SIGKILL.
 KILL_GRACE_S = 5.0
@@ -61,9 +64,10 @@ def run_trial(
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
             proc = subprocess.Popen(list(argv), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=dict(env),
-                                    cwd=cwd, start_new_session=True, preexec_fn=preexec)
+                                    cwd=cwd, start_new_session=True, preexec_fn=die_with_parent(preexec))
         except OSError as e:
             return Finished(None, False, 0.0, "", start_error=f"{argv[0]}: {e.strerror or e}")
+        record_group(folder, proc.pid)  # a sweep killed with -9 leaves it: the resumed sweep ends the group
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -73,6 +77,8 @@ def run_trial(
         except BaseException:
             kill_group(proc)  # Ctrl-C / SIGTERM of the sweep: the trial must not outlive it
             raise
+        finally:
+            forget_group(folder)
     return Finished(proc.returncode, timed_out, time.monotonic() - t0, read_tail(err_path))
 
 

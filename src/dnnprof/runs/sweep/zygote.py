@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from dnnprof.collect.lifeline import die_with_parent, forget_group, record_group, set_parent_death_signal
 from dnnprof.runs.sweep.trial import KILL_GRACE_S, Finished, read_tail, run_trial
 
 PROBE_MODULE = "dnnprof.runs.sweep.probe"
@@ -88,6 +89,7 @@ def _child(req: dict[str, Any], keep_closed: Sequence[int]) -> None:
     code = 1
     try:
         os.setsid()
+        set_parent_death_signal()  # the trial dies with the server, which dies with the sweep
         for fd in keep_closed:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -226,7 +228,8 @@ class ForkServer:
         with open(self.log, "wb") as err:
             try:
                 self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                             env=self.env, start_new_session=True)
+                                             env=self.env, start_new_session=True,
+                                             preexec_fn=die_with_parent())
             except OSError as e:
                 self.note = f"fork server could not start: {e}"
                 return False
@@ -288,6 +291,7 @@ class ForkServer:
             self.note = "fork server stopped answering; the remaining probes import torch themselves"
             return as_usual()
         pid = int(started["pid"])
+        record_group(folder, pid)
         timed_out = False
         try:
             done = self._readline(timeout_s)
@@ -302,6 +306,8 @@ class ForkServer:
         except BaseException:
             self._kill(pid)  # Ctrl-C / SIGTERM of the sweep: the trial must not outlive it
             raise
+        finally:
+            forget_group(folder)
         code = None if done is None else done.get("returncode")
         return Finished(code, timed_out, time.monotonic() - t0, read_tail(err_path))
 
