@@ -25,6 +25,9 @@ RUNS_ROOT = Path("dnnprof-runs")
 INCOMPLETE_FILE = "INCOMPLETE"
 INCOMPLETE_SUFFIX = ".incomplete"
 STAGING_SUFFIX = ".partial"
+#: Markers the profiled process leaves while a run is live (the collector's claim, its flush in progress); they
+#: mean nothing once the run has ended and are removed from the run folder and its sub-folders (a counters pass).
+LIVE_MARKERS = ("owner.pid", "finalizing")
 
 
 class RunDirError(ValueError):
@@ -102,6 +105,9 @@ class RunDir:
         nothing already there is replaced or mixed into.
         """
         base = self.target(complete)
+        for marker in LIVE_MARKERS:
+            for path in (self.staging / marker, *self.staging.glob(f"*/{marker}")):
+                path.unlink(missing_ok=True)
         if not complete:
             (self.staging / INCOMPLETE_FILE).write_text((reason or "the run did not complete") + "\n")
         target, n = base, 2

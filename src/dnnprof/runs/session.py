@@ -56,6 +56,10 @@ def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, st
     # Tear CUPTI down after each profiler session: left attached it slows the rest of the run by 10-20%
     # (pytorch/pytorch#144455). torch.compile turns this off itself where CUDA graphs need it.
     env.setdefault("TEARDOWN_CUPTI", "1")
+    # Kineto prints a "USDT: ... profiler_start/stop" line on the script's stderr for every profiler session
+    # dnnprof opens (torch 2.5+ logs them at its highest level, 5). Above that level Kineto prints nothing; a
+    # KINETO_LOG_LEVEL the user set (e.g. 2 to see Kineto's own warnings) is kept.
+    env.setdefault("KINETO_LOG_LEVEL", "6")
     return env
 
 
