@@ -101,3 +101,17 @@ def test_measure_on_a_real_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         assert tf["bf16"] < 1.15 * spec["peak_tflops"]["bf16"]
     assert main(["device", "--measure", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["measured"]["cached"] is True
+
+
+def test_nvml_properties_go_through_the_one_nvml_wrapper() -> None:
+    """``dnnprof device`` reads NVML through ``collect.nvml.Nvml`` (fake library through its seam): what NVML
+    answers is there, what this library lacks is left out, a library that cannot start is one reason."""
+    from dnnprof.cli.device import _nvml_properties
+    from dnnprof.collect.nvml import Nvml
+    from test_collect_nvml import LIB_NOT_FOUND, FakeNvml
+
+    props, why = _nvml_properties(0, Nvml(FakeNvml([0])))
+    assert why == "" and props == {"name": "NVIDIA H200", "uuid": "GPU-1234", "memory_bytes": 141 << 30,
+                                   "driver_version": "580.159.04"}
+    props, why = _nvml_properties(0, Nvml(FakeNvml([0], init_error=LIB_NOT_FOUND)))
+    assert props is None and "NVML Shared Library Not Found" in why

@@ -3,7 +3,6 @@ really does — device-to-device copy bandwidth and GEMM rates per precision —
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import os
@@ -49,41 +48,41 @@ def _torch_properties(index: int) -> tuple[dict[str, Any] | None, str]:
     }, ""
 
 
-def _nvml_properties(index: int) -> tuple[dict[str, Any] | None, str]:
-    """NVML facts torch does not give (clocks, bus width, power, driver); every call guarded."""
+def _nvml_properties(index: int, nvml: Any = None) -> tuple[dict[str, Any] | None, str]:
+    """NVML facts torch does not give (clocks, bus width, power, driver), through dnnprof's one NVML wrapper
+    (``collect.nvml.Nvml``): a query NVML cannot answer is left out, never raised."""
+    from dnnprof.collect.nvml import Nvml
+
+    nv = nvml or Nvml()
+    if not nv.open():
+        return None, nv.reason
     try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py (pynvml) is not installed"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as e:
-        return None, f"NVML unavailable ({e})"
-    out: dict[str, Any] = {}
-    try:
-        h = pynvml.nvmlDeviceGetHandleByIndex(index)
-        calls = {
-            "name": lambda: pynvml.nvmlDeviceGetName(h), "uuid": lambda: pynvml.nvmlDeviceGetUUID(h),
-            "memory_bytes": lambda: pynvml.nvmlDeviceGetMemoryInfo(h).total,
-            "max_sm_clock_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
-            "max_memory_clock_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM),
-            "memory_bus_width_bits": lambda: pynvml.nvmlDeviceGetMemoryBusWidth(h),
-            "power_limit_w": lambda: pynvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,
-            "driver_version": lambda: pynvml.nvmlSystemGetDriverVersion(),
-            "compute_capability": lambda: "{}.{}".format(*pynvml.nvmlDeviceGetCudaComputeCapability(h)),
-        }
-        for key, call in calls.items():
-            try:
-                v = call()
-                out[key] = v.decode() if isinstance(v, bytes) else v
-            except (pynvml.NVMLError, AttributeError):
-                continue
-    except pynvml.NVMLError as e:
-        return None, f"NVML has no device {index} ({e})"
+        h = nv.handle(index=index)
+        if h is None:
+            return None, f"NVML has no device {index}"
+        info = nv.device_info(h)
+        out: dict[str, Any] = {k: v for k, v in info.items() if k != "memory_total_bytes"}
+        if "memory_total_bytes" in info:
+            out["memory_bytes"] = info["memory_total_bytes"]
+        sm, mem = nv.const("NVML_CLOCK_SM", 1), nv.const("NVML_CLOCK_MEM", 2)
+        for key, fn, args in (("max_sm_clock_mhz", "nvmlDeviceGetMaxClockInfo", (h, sm)),
+                              ("max_memory_clock_mhz", "nvmlDeviceGetMaxClockInfo", (h, mem)),
+                              ("memory_bus_width_bits", "nvmlDeviceGetMemoryBusWidth", (h,))):
+            v = nv.query(fn, *args)
+            if v is not None:
+                out[key] = v
+        power = nv.query("nvmlDeviceGetPowerManagementLimit", h)
+        if power is not None:
+            out["power_limit_w"] = power / 1000.0
+        driver = nv.driver_version()
+        if driver is not None:
+            out["driver_version"] = driver
+        cc = nv.query("nvmlDeviceGetCudaComputeCapability", h)
+        if cc is not None:
+            out["compute_capability"] = "{}.{}".format(*cc)
+        return out, ""
     finally:
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlShutdown()
-    return out, ""
+        nv.close()
 
 
 def probe_device(index: int = 0) -> dict[str, Any]:
