@@ -9,6 +9,7 @@ import numpy as np
 import typer
 
 from dnnprof.cli.errors import UserError
+from dnnprof.render.safe_text import clean
 
 SCHEMA = "dnnprof.counters/1"
 
@@ -139,7 +140,7 @@ def counters(
     os.chdir(cwd)
     try:
         result = counters_pass(run, list(meta["command"]), config, profile, timed, child_env, join,
-                               say=lambda m: print(f"dnnprof: counters: {m}", file=sys.stderr, flush=True))
+                               say=lambda m: print(f"dnnprof: counters: {clean(m)}", file=sys.stderr, flush=True))
     finally:
         os.chdir(old)
     meta.setdefault("capture", {})["counters"] = result

@@ -200,16 +200,19 @@ def _fmt(v: Any) -> str:
 def _print(doc: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from dnnprof.render.safe_text import clean, markup
 
     con = Console()
     props, spec, meas = doc["device"], doc.get("spec"), doc.get("measured")
-    t = Table(title=f"GPU {props.get('index', 0)}: {props.get('name', '?')}", show_header=False)
+    t = Table(title=f"GPU {markup(props.get('index', 0))}: {markup(props.get('name', '?'))}", show_header=False)
     for k, v in props.items():
         if k not in ("index", "name"):
-            t.add_row(k, _fmt(v))
+            t.add_row(Text(clean(k)), Text(clean(_fmt(v))))
     con.print(t)
     if not spec:
-        con.print(f"no spec-sheet entry for {props.get('name', 'this GPU')!r}: peak rates unknown")
+        con.print(Text(f"no spec-sheet entry for {clean(props.get('name', 'this GPU'))!r}: peak rates unknown"))
     p = Table(title="Peaks" + (f" (spec: {spec['name']}, dense)" if spec else ""))
     p.add_column("precision")
     p.add_column("spec TFLOPS", justify="right")

@@ -10,6 +10,7 @@ import typer
 from dnnprof import __version__
 from dnnprof.cli.errors import UserError
 from dnnprof.model.outputs import OutputError
+from dnnprof.render.safe_text import clean
 
 #: Sub-command modules under dnnprof.cli, in the order ``dnnprof --help`` lists them. Each module must import
 #: cheaply (torch, pyarrow and friends are imported inside the command body).
@@ -59,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         # Without standalone mode click returns typer.Exit's code instead of exiting: pass it on.
         rc = app(args=argv, standalone_mode=False)
     except UserError as e:
-        print(f"dnnprof: error: {e}", file=sys.stderr)
+        print(f"dnnprof: error: {clean(e)}", file=sys.stderr)
         return e.exit_code
     except OutputError as e:  # an output that would destroy what dnnprof did not write, or cannot be written
-        print(f"dnnprof: error: {e}", file=sys.stderr)
+        print(f"dnnprof: error: {clean(e)}", file=sys.stderr)
         return 2
     except typer.Exit as e:
         return int(e.exit_code or 0)

@@ -10,6 +10,7 @@ import msgspec
 import typer
 
 from dnnprof.cli.errors import UserError
+from dnnprof.render.safe_text import clean
 
 SWEEP_FILE = "sweep.json"
 #: What ``write_reports`` puts in its folder; a folder holding only these is an earlier report, rewritten.
@@ -139,7 +140,7 @@ def report(
                            ("Training vs inference", "modes")):
             print(f"{title}:")
             for s in ans[key]:
-                print(f"  - {s}")
+                print(f"  - {clean(s)}")
     for p in paths:
         print(f"dnnprof report: wrote {p}", file=sys.stderr)
 

@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from dnnprof.cli.errors import UserError
+from dnnprof.render.safe_text import clean
 
 #: Below this GPU busy share the report names the Python lines that took the host's time.
 HOST_BOUND_BUSY_PCT = 70.0
@@ -78,7 +79,7 @@ def throughput_line(t: dict[str, Any]) -> str:
 
 def report(result: Any, quiet: bool = False) -> None:
     """A few lines on stderr: where the run went, the step time and what the capture cost."""
-    say = lambda m: print(f"dnnprof: {m}", file=sys.stderr)  # noqa: E731
+    say = lambda m: print(f"dnnprof: {clean(m)}", file=sys.stderr)  # noqa: E731
     for m in result.messages:
         say(m)
     if quiet:

@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from dnnprof.cli.errors import UserError
+from dnnprof.render.safe_text import clean
 
 _CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -102,7 +103,7 @@ def sweep(
         ).validate()
     except (SweepSpecError, WorkloadError) as e:
         raise UserError(str(e)) from None
-    say = (lambda m: None) if quiet else (lambda m: print(f"dnnprof sweep: {m}", file=sys.stderr, flush=True))
+    say = (lambda m: None) if quiet else (lambda m: print(f"dnnprof sweep: {clean(m)}", file=sys.stderr, flush=True))
     say(f"{target.kind} {target.name} on {spec.device}: batch sizes {spec.batches.text}, precisions "
         f"{','.join(spec.precisions)}, modes {','.join(spec.modes)} -> {spec.out}")
     try:
@@ -114,9 +115,9 @@ def sweep(
               "to resume", file=sys.stderr)
         sys.exit(130)  # SystemExit passes through the CLI unchanged
     for m in doc["max_batch_size"]:
-        print(f"dnnprof sweep: {max_batch_line(m)}", file=sys.stderr)
+        print(f"dnnprof sweep: {clean(max_batch_line(m))}", file=sys.stderr)
     for m in doc["messages"]:
-        print(f"dnnprof sweep: {m}", file=sys.stderr)
+        print(f"dnnprof sweep: {clean(m)}", file=sys.stderr)
     if report:
         from dnnprof.cli.report import write_reports
 

@@ -6,8 +6,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dnnprof.render.evidence import gain_text
+from dnnprof.render.safe_text import cell, clean_doc, markup
 from dnnprof.render.units import bytes_text, pct_text, us_text
 
 
@@ -20,9 +22,9 @@ def _change(pair: dict[str, Any], fmt: Any = us_text) -> str:
     return text
 
 
-def _delta(us: float) -> str:
+def _delta(us: float) -> Text:
     sign = "+" if us > 0 else "−" if us < 0 else "±"
-    return f"[{'red' if us > 0 else 'green' if us < 0 else 'dim'}]{sign}{us_text(abs(us))}[/]"
+    return Text(f"{sign}{us_text(abs(us))}", style="red" if us > 0 else "green" if us < 0 else "dim")
 
 
 def _rows(title: str, rows: list[dict[str, Any]], top: int) -> Table:
@@ -30,24 +32,27 @@ def _rows(title: str, rows: list[dict[str, Any]], top: int) -> Table:
     for col, just in (("Change", "right"), ("Base", "right"), ("New", "right"), ("", "left"), ("Name", "left")):
         t.add_column(col, justify=just, overflow="fold" if col == "Name" else "ellipsis")  # type: ignore[arg-type]
     for r in rows[:top]:
-        note = {"gone": "[green]gone[/]", "new": "[yellow]new[/]"}.get(r["status"], "")
-        t.add_row(_delta(r["delta_us_per_step"]), us_text(r["base_us_per_step"]), us_text(r["new_us_per_step"]), note,
-                  str(r["label"]))
+        note = {"gone": Text("gone", style="green"), "new": Text("new", style="yellow")}.get(r["status"], Text())
+        t.add_row(_delta(r["delta_us_per_step"]), cell(us_text(r["base_us_per_step"])),
+                  cell(us_text(r["new_us_per_step"])), note, cell(r["label"]))
     return t
 
 
 def render_diff(doc: dict[str, Any], console: Console | None = None, top: int = 10) -> None:
+    """Print the diff; names and paths show literally (no markup, no control characters)."""
     console = console or Console()
+    doc = clean_doc(doc)
     b, n = doc["base"], doc["new"]
-    console.print(f"[bold]base[/] {b['source']} ({b['device'] or 'no GPU'}, {b['steps']} steps)\n"
-                  f"[bold]new[/]  {n['source']} ({n['device'] or 'no GPU'}, {n['steps']} steps)")
+    console.print(f"[bold]base[/] {markup(b['source'])} ({markup(b['device'] or 'no GPU')}, {markup(b['steps'])} "
+                  f"steps)\n[bold]new[/]  {markup(n['source'])} ({markup(n['device'] or 'no GPU')}, "
+                  f"{markup(n['steps'])} steps)")
     step = doc["step_time_median_us"]
     line = f"step time (median): {_change(step)}"
     if step.get("speedup") is not None:
         line += f" — {step['speedup']:.2f}× {'faster' if step['speedup'] >= 1 else 'as fast'}"
     console.print(line)
     if doc.get("throughput"):
-        unit = doc["throughput"].get("unit") or "items/s"
+        unit = markup(doc["throughput"].get("unit") or "items/s")
         console.print(f"throughput: {_change(doc['throughput'], lambda v: '-' if v is None else f'{v:,.1f} {unit}')}")
     g = doc["gpu"]
     console.print(f"GPU busy: {_change(g['busy_pct'], pct_text)}; kernels per step: {_change(g['kernel_us_per_step'])}; "
@@ -58,7 +63,7 @@ def render_diff(doc: dict[str, Any], console: Console | None = None, top: int = 
                       f"{_change(g['collectives_only_pct'], pct_text)} of the window")
     if doc.get("peak_allocated_bytes"):
         console.print(f"peak allocated: {_change(doc['peak_allocated_bytes'], bytes_text)}")
-    phases = ", ".join(f"{k} {_change(v)}" for k, v in doc["phases_us_per_step"].items()
+    phases = ", ".join(f"{markup(k)} {_change(v)}" for k, v in doc["phases_us_per_step"].items()
                        if v["base"] or v["new"])
     if phases:
         console.print(f"phases per step: {phases}")
@@ -74,4 +79,4 @@ def render_diff(doc: dict[str, Any], console: Console | None = None, top: int = 
     for label, key, style in (("resolved", "resolved", "green"), ("new", "new", "yellow"),
                               ("still there", "persisting", "dim")):
         if f[key]:
-            console.print(f"[{style}]findings {label}:[/] " + ", ".join(x["id"] + gain(x) for x in f[key]))
+            console.print(f"[{style}]findings {label}:[/] " + ", ".join(markup(x["id"]) + gain(x) for x in f[key]))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dnnprof.render.safe_text import md
+
 
 def fmt_num(v: float | None, digits: int = 1) -> str:
     if v is None:
@@ -30,8 +32,9 @@ def fmt_x(v: float | None) -> str:
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A GitHub-flavoured Markdown table (pipes in cells escaped), followed by a blank line."""
-    esc = [[c.replace("|", "\\|") for c in r] for r in rows]
+    """A GitHub-flavoured Markdown table, followed by a blank line. Cells are text, not Markdown: names from a
+    trace (``<script>``, ``[x](javascript:…)``, a newline, a pipe) show literally and keep the table whole."""
+    esc = [[md(c) for c in r] for r in rows]
     return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
             *("| " + " | ".join(r) + " |" for r in esc), ""]
 
@@ -74,25 +77,26 @@ def render_markdown(report: dict[str, Any], plot_files: dict[str, str] | None = 
     sw = report["sweep"]
     dev = sw.get("device") or {}
     cfg = report.get("config") or {}
-    lines = [f"# Sweep report: {sw.get('workload')}", "",
-             f"Device: {dev.get('name') or dev.get('kind')} ({dev.get('kind')}"
+    lines = [f"# Sweep report: {md(sw.get('workload'))}", "",
+             f"Device: {md(dev.get('name') or dev.get('kind'))} ({md(dev.get('kind'))}"
              + (f", {fmt_bytes(dev['memory_bytes'])}" if dev.get("memory_bytes") else "") + ").  ",
-             f"Batch sizes {cfg.get('batch_sizes')}, precisions {', '.join(cfg.get('precisions') or [])}, modes "
-             f"{', '.join(cfg.get('modes') or [])}"
-             + (f", memory limit {cfg['memory_limit']}" if cfg.get("memory_limit") else "") + ".  ",
-             f"Status: {sw.get('status')}; {sw.get('trials_total')} trials; {fmt_num(sw.get('elapsed_s'))} s in the "
+             f"Batch sizes {md(cfg.get('batch_sizes'))}, precisions {md(', '.join(cfg.get('precisions') or []))}, "
+             f"modes {md(', '.join(cfg.get('modes') or []))}"
+             + (f", memory limit {md(cfg['memory_limit'])}" if cfg.get("memory_limit") else "") + ".  ",
+             f"Status: {md(sw.get('status'))}; {sw.get('trials_total')} trials; {fmt_num(sw.get('elapsed_s'))} s in the "
              "last run.", ""]
     for m in sw.get("messages") or []:
-        lines += [f"> {m}", ""]
+        lines += [f"> {md(m)}", ""]
     ans = report["answers"]
     lines += ["## Answers", ""]
     for title, key in (("1. Bottleneck kernels and layers", "bottlenecks"), ("2. Batch size", "batch_size"),
                        ("3. Precision", "precision"), ("4. Training vs inference", "modes")):
-        lines += [f"**{title}**", "", *(f"- {s}" for s in ans[key]), ""]
+        lines += [f"**{title}**", "", *(f"- {md(s)}" for s in ans[key]), ""]
     q1 = report["bottlenecks"]
     lines += ["## 1. Bottlenecks at the default point", ""]
     if q1.get("available"):
-        lines += [f"{q1['mode']} {q1['precision']}, batch {q1['batch_size']}; run directory `{q1.get('run_dir')}`.",
+        lines += [f"{md(q1['mode'])} {md(q1['precision'])}, batch {md(q1['batch_size'])}; run directory "
+                  f"{md(q1.get('run_dir'))}.",
                   ""]
         lines += table(*kernel_table(q1["kernels"]))
         if q1.get("layers"):
@@ -100,10 +104,10 @@ def render_markdown(report: dict[str, Any], plot_files: dict[str, str] | None = 
                            [[str(r["name"]), fmt_pct(r.get("pct")), fmt_num(r.get("total_us"))]
                             for r in q1["layers"]])
         if q1.get("phases_pct"):
-            lines += ["Kernel time by phase: " + ", ".join(f"{k} {fmt_pct(v)}" for k, v in q1["phases_pct"].items())
+            lines += ["Kernel time by phase: " + ", ".join(f"{md(k)} {fmt_pct(v)}" for k, v in q1["phases_pct"].items())
                       + ".", ""]
     else:
-        lines += q1["sentences"] + [""]
+        lines += [md(s) for s in q1["sentences"]] + [""]
     lines += ["## 2. Batch size", ""]
     for name in ("throughput", "busy", "occupancy", "memory"):
         if plot_files and name in plot_files:
@@ -116,16 +120,16 @@ def render_markdown(report: dict[str, Any], plot_files: dict[str, str] | None = 
     lines += table(["series", "largest batch that fits", "limited by", "exact (next one fails)",
                     "trials / bound"], mb)
     for b in report["batch_size"]:
-        lines += [f"### {b['mode']} {b['precision']}", ""]
+        lines += [f"### {md(b['mode'])} {md(b['precision'])}", ""]
         if b["skipped"]:
-            lines += [f"Skipped: {b['skipped']}", ""]
+            lines += [f"Skipped: {md(b['skipped'])}", ""]
             continue
         lines += table(*batch_table(b["rows"]))
     lines += ["## 3. Precision", ""]
     for q in report["precision"]:
         if not q["rows"]:
             continue
-        lines += [f"### {q['mode']} (at batch {q['batch_size']}, relative to {q['baseline']})", ""]
+        lines += [f"### {md(q['mode'])} (at batch {md(q['batch_size'])}, relative to {md(q['baseline'])})", ""]
         rows = [[r["precision"], fmt_num(r["throughput_samples_per_s"]), fmt_x(r["speedup"]),
                  fmt_num(r["step_time_ms"], 2), fmt_bytes(r["peak_memory_bytes"]), fmt_x(r["memory_ratio"]),
                  str(r["max_batch_size"] or "–"), fmt_pct(r["tensor_core_pct"]),
@@ -134,12 +138,12 @@ def render_markdown(report: dict[str, Any], plot_files: dict[str, str] | None = 
         lines += table(["precision", "samples/s", "speed-up", "step ms", "peak memory", "memory", "largest batch",
                         "tensor-core time", "families appeared", "families gone"], rows)
         for sk in q["skipped"]:
-            lines += [f"- {sk['precision']} skipped: {sk['reason']}"]
+            lines += [f"- {md(sk['precision'])} skipped: {md(sk['reason'])}"]
         lines += [""] if q["skipped"] else []
     lines += ["## 4. Training vs inference", ""]
     for r in report["modes"]:
         t, i = r["train"], r["infer"]
-        lines += [f"### {r['precision']} (batch {r['batch_size']})", ""]
+        lines += [f"### {md(r['precision'])} (batch {md(r['batch_size'])})", ""]
         rows = [[name, fmt_num(x["throughput_samples_per_s"]), fmt_num(x["step_time_ms"], 2),
                  fmt_pct(x["gpu_busy_pct"]), fmt_pct(x["sm_occupancy_pct"]), fmt_bytes(x["peak_memory_bytes"]),
                  str(x["max_batch_size"] or "–"),
@@ -149,5 +153,5 @@ def render_markdown(report: dict[str, Any], plot_files: dict[str, str] | None = 
         lines += table(["mode", "samples/s", "step ms", "GPU busy", "SM occupancy", "peak memory", "largest batch",
                         "kernel time by phase", "top kernel families"], rows)
     if not report["modes"]:
-        lines += report["answers"]["modes"] + [""]
+        lines += [md(s) for s in report["answers"]["modes"]] + [""]
     return "\n".join(lines).rstrip() + "\n"

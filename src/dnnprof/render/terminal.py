@@ -11,11 +11,17 @@ from rich.text import Text
 
 from dnnprof.model.device import VENDOR_NAMES
 from dnnprof.render.evidence import gain_text, offenders
+from dnnprof.render.safe_text import cell, clean_doc, markup
 from dnnprof.render.units import bytes_text, pct_text, us_text
 
 __all__ = ["bytes_text", "pct_text", "render", "straggler_text", "us_text"]
 
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
+
+
+def _add_row(t: Table, *cells: Any) -> None:
+    """A row whose text cells show literally: a ``str`` cell would be parsed as rich markup."""
+    t.add_row(*(c if isinstance(c, Text) else cell(c) for c in cells))
 
 
 def _rank_text(doc: dict[str, Any]) -> str:
@@ -108,7 +114,7 @@ def _kernels(doc: dict[str, Any], top: int) -> Table:
                  k["family"], tc_mark(k), pct_text(k.get(occ_key))]
         if counters:
             cells += [pct_text(k.get("sm_throughput_pct")), pct_text(k.get("memory_throughput_pct")), k.get("bound") or "-"]
-        t.add_row(*cells, k["phase"], k["layer"] or "-", k["short_name"])
+        _add_row(t, *cells, k["phase"], k["layer"] or "-", k["short_name"])
     return t
 
 
@@ -127,13 +133,13 @@ def _memory_events(m: dict[str, Any]) -> str:
 
 
 def _groups(title: str, rows: list[dict[str, Any]], key: str, top: int, calls_key: str) -> Table:
-    t = Table(title=title, title_justify="left", expand=False)
+    t = Table(title=markup(title), title_justify="left", expand=False)
     t.add_column("Time %", justify="right")
     t.add_column("Total", justify="right")
     t.add_column("Kernels", justify="right")
     t.add_column("Name", overflow="fold", max_width=70)
     for r in rows[:top]:
-        t.add_row(pct_text(r["pct"]), us_text(r["total_us"]), f"{r[calls_key]:,}", r[key])
+        _add_row(t, pct_text(r["pct"]), us_text(r["total_us"]), f"{r[calls_key]:,}", r[key])
     return t
 
 
@@ -141,10 +147,10 @@ def _phases(doc: dict[str, Any]) -> Table:
     ph = doc["phases"]
     total = sum(ph.values()) or 1.0
     bad = unreliable(doc, "phases")
-    t = Table(title="Phases (kernel time)" + (f" — {bad}" if bad else ""), title_justify="left", expand=False)
+    t = Table(title=markup("Phases (kernel time)" + (f" — {bad}" if bad else "")), title_justify="left", expand=False)
     for name in ("forward", "backward", "optimizer", "other"):
         t.add_column(name, justify="right")
-    t.add_row(*(f"{us_text(ph[f'{n}_us'])} ({100 * ph[f'{n}_us'] / total:.0f}%)"
+    _add_row(t, *(f"{us_text(ph[f'{n}_us'])} ({100 * ph[f'{n}_us'] / total:.0f}%)"
                 for n in ("forward", "backward", "optimizer", "other")))
     return t
 
@@ -154,7 +160,7 @@ def _memcpy(doc: dict[str, Any]) -> Table:
     for col in ("Kind", "Host memory", "Count", "Bytes", "Total"):
         t.add_column(col, justify="right" if col in ("Count", "Bytes", "Total") else "left")
     for m in doc["memcpy"]:
-        t.add_row(m["kind"], m.get("host_memory") or "-", f"{m['count']:,}", bytes_text(m["bytes"]), us_text(m["total_us"]))
+        _add_row(t, m["kind"], m.get("host_memory") or "-", f"{m['count']:,}", bytes_text(m["bytes"]), us_text(m["total_us"]))
     return t
 
 
@@ -164,7 +170,7 @@ def _host_ops(doc: dict[str, Any], top: int) -> Table:
         t.add_column(col, justify="left" if col == "Op" else "right", no_wrap=True, overflow="ellipsis",
                      max_width=70 if col == "Op" else None)
     for r in doc["host_ops"][:top]:
-        t.add_row(pct_text(r["self_pct"]), us_text(r["self_us"]), us_text(r["total_us"]), f"{r['calls']:,}", r["name"])
+        _add_row(t, pct_text(r["self_pct"]), us_text(r["self_us"]), us_text(r["total_us"]), f"{r['calls']:,}", r["name"])
     return t
 
 
@@ -190,7 +196,7 @@ def _findings(doc: dict[str, Any]) -> Table:
         gain = f.get("est_gain_pct")
         if gain is not None and gain <= 0:
             body.append(f"\n{gain_text(gain)} in this profile", style="dim")
-        t.add_row(Text(f["severity"], style=_SEVERITY_STYLE.get(f["severity"], "")), gain_text(gain, short=True),
+        _add_row(t, Text(f["severity"], style=_SEVERITY_STYLE.get(f["severity"], "")), gain_text(gain, short=True),
                   body)
     return t
 
@@ -209,7 +215,7 @@ def _ranks(r: dict[str, Any]) -> Table:
     for col in ("Rank", "GPU", "Steps", "Step (median)", "Busy", "Compute/step", "NCCL/step", "Exposed NCCL/step"):
         t.add_column(col, justify="right")
     for x in r["per_rank"]:
-        t.add_row(str(x["rank"]), str(x["device"]), str(x["steps"]), us_text(x["step_median_us"]),
+        _add_row(t, str(x["rank"]), str(x["device"]), str(x["steps"]), us_text(x["step_median_us"]),
                   pct_text(x["busy_pct"]), us_text(x["compute_us_per_step"]), us_text(x["nccl_us_per_step"]),
                   us_text(x["exposed_nccl_us_per_step"]))
     return t
@@ -234,7 +240,9 @@ def _checks(doc: dict[str, Any]) -> Text | None:
 
 
 def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -> None:
-    """Print the report of a summary document."""
+    """Print the report of a summary document. Every string of ``doc`` is shown literally (no markup, no control
+    characters): names come from other people's traces."""
+    doc = clean_doc(doc)
     if console is None:
         console = Console()
         if not console.is_terminal:  # pipes and CI logs: no 80-column squeeze
@@ -260,9 +268,9 @@ def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -
     if doc.get("roofline"):
         from dnnprof.render.counters_table import roofline_line
 
-        parts.append(roofline_line(doc["roofline"]))
+        parts.append(Text(roofline_line(doc["roofline"])))
     if doc.get("memory_events"):
-        parts.append(_memory_events(doc["memory_events"]))
+        parts.append(Text(_memory_events(doc["memory_events"])))
     if doc.get("ranks"):
         parts.append(_ranks(doc["ranks"]))
     if doc.get("findings"):
