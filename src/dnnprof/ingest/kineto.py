@@ -26,7 +26,7 @@ import zlib
 from collections import Counter, defaultdict
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, Union, get_args
+from typing import Annotated, Any, Literal, Union, get_args
 
 import msgspec
 import numpy as np
@@ -42,29 +42,33 @@ from dnnprof.model.schema import OP_CATEGORIES
 from dnnprof.model.steps import assign_steps
 
 _F = msgspec.field
+#: An integer the tables can hold. A larger one (an ``External id`` beyond int64, a grid of 2**64-1) fails the
+#: strict decode, so its chunk takes the lenient path, where it is read as unknown and counted in a note —
+#: whichever events share its chunk.
+_I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class _Args(msgspec.Struct, gc=False):
     # Fields in the order Kineto writes them: msgspec looks each key up from the field after the last match.
-    external_id: int | None = _F(name="External id", default=None)
-    sequence_nr: int | None = _F(name="Sequence number", default=None)
-    fwd_thread_id: int | None = _F(name="Fwd thread id", default=None)
+    external_id: _I64 | None = _F(name="External id", default=None)
+    sequence_nr: _I64 | None = _F(name="Sequence number", default=None)
+    fwd_thread_id: _I64 | None = _F(name="Fwd thread id", default=None)
     input_dims: Any = _F(name="Input Dims", default=None)
     call_stack: str | None = _F(name="Call stack", default=None)
     module_hierarchy: str | None = _F(name="Module Hierarchy", default=None)
-    cbid: int | None = None
-    device: int | None = None
-    stream: int | None = None
-    correlation: int | None = None
-    registers: int | None = _F(name="registers per thread", default=None)
-    shared_memory: int | None = _F(name="shared memory", default=None)
+    cbid: _I64 | None = None
+    device: _I64 | None = None
+    stream: _I64 | None = None
+    correlation: _I64 | None = None
+    registers: _I64 | None = _F(name="registers per thread", default=None)
+    shared_memory: _I64 | None = _F(name="shared memory", default=None)
     blocks_per_sm: float | None = _F(name="blocks per SM", default=None)
     warps_per_sm: float | None = _F(name="warps per SM", default=None)
-    grid: list[int] | None = None
-    block: list[int] | None = None
+    grid: list[_I64] | None = None
+    block: list[_I64] | None = None
     est_occupancy: float | None = _F(name="est. achieved occupancy %", default=None)
-    bytes: int | None = None
-    graph_id: int | None = _F(name="graph id", default=None)
+    bytes: _I64 | None = None
+    graph_id: _I64 | None = _F(name="graph id", default=None)
 
 
 class _LenientArgs(msgspec.Struct, gc=False):
@@ -98,12 +102,12 @@ class _LenientArgs(msgspec.Struct, gc=False):
 class _MemoryArgs(msgspec.Struct, gc=False):
     """Args of a ``[memory]`` instant (an allocation or a free), in the order Kineto writes them."""
 
-    total_reserved: int | None = _F(name="Total Reserved", default=None)
-    total_allocated: int | None = _F(name="Total Allocated", default=None)
-    alloc_bytes: int | None = _F(name="Bytes", default=None)
-    device_id: int | None = _F(name="Device Id", default=None)
-    device_type: int | None = _F(name="Device Type", default=None)
-    addr: int | None = _F(name="Addr", default=None)
+    total_reserved: _I64 | None = _F(name="Total Reserved", default=None)
+    total_allocated: _I64 | None = _F(name="Total Allocated", default=None)
+    alloc_bytes: _I64 | None = _F(name="Bytes", default=None)
+    device_id: _I64 | None = _F(name="Device Id", default=None)
+    device_type: _I64 | None = _F(name="Device Type", default=None)
+    addr: _I64 | None = _F(name="Addr", default=None)
 
 
 #: Every ``ph`` of the Chrome trace format and every Kineto category: decoded as Literals, they are shared
@@ -124,8 +128,8 @@ class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
 
     cat: _Category = ""
     name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
+    pid: _I64 | str = 0
+    tid: _I64 | str = 0
     ts: float = 0.0
     dur: float = 0.0
     args: _Args | None = None
@@ -136,7 +140,7 @@ class _Marker(msgspec.Struct, tag_field="ph", gc=False):
 
     cat: _Category = ""
     id: int | str | None = None
-    tid: int | str = 0
+    tid: _I64 | str = 0
     ts: float = 0.0
 
 
@@ -172,9 +176,9 @@ class _LenientEvent(msgspec.Struct, gc=False):
 
 class _Trace(msgspec.Struct, gc=False):
     traceEvents: list[_Event]  # type: ignore[valid-type]
-    deviceProperties: list[dict[str, Any]] | None = None
+    deviceProperties: list[Any] | None = None
     distributedInfo: dict[str, Any] | None = None
-    baseTimeNanoseconds: int | None = None
+    baseTimeNanoseconds: _I64 | None = None
     schemaVersion: Any = None
     trace_id: Any = None
     cuda_driver_version: Any = None
@@ -231,11 +235,19 @@ def _decode(path: Path, data: bytes, tally: Counter[str] | None = None) -> _Trac
         raise TraceError(f"{path}: not JSON (starts with {stripped[:16]!r})")
     try:
         return msgspec.json.decode(data, type=_Trace)
+    except UnicodeDecodeError:
+        if tally is not None:
+            tally["bad_utf8"] = 1
+        return _decode(path, valid_utf8(data), tally)
     except msgspec.ValidationError as strict_error:
         if "missing required field `traceEvents`" in str(strict_error):
             raise TraceError(f"{path}: JSON but not a Chrome/Kineto trace (no 'traceEvents')") from None
         try:
             return _coerce(msgspec.json.decode(data, type=_LenientTrace), tally)
+        except UnicodeDecodeError:
+            if tally is not None:
+                tally["bad_utf8"] = 1
+            return _decode(path, valid_utf8(data), tally)
         except msgspec.ValidationError as e:
             if bare and "$.traceEvents[" in str(e):
                 raise TraceError(f"{path}: a JSON array whose items are not trace events: not a Chrome/Kineto trace "
@@ -261,6 +273,18 @@ def _decode_events(chunk: bytes | memoryview, tally: Counter[str] | None = None)
             return _coerce_events(_LENIENT_EVENTS.decode(chunk), tally)
         except msgspec.ValidationError:
             raise SplitError("not an array of events") from None
+        except UnicodeDecodeError:
+            pass
+    except UnicodeDecodeError:
+        pass
+    if tally is not None:
+        tally["bad_utf8"] = 1
+    return _decode_events(valid_utf8(chunk), tally)
+
+
+def valid_utf8(data: bytes | memoryview) -> bytes:
+    """``data`` with every invalid UTF-8 sequence replaced by U+FFFD (names stay readable, the rest is kept)."""
+    return bytes(data).decode("utf-8", "replace").encode()
 
 
 def _num(v: Any, default: float = -1) -> float:
@@ -280,8 +304,16 @@ def _int(v: Any, default: int = -1) -> int:
     return int(x) if x == x and -(2**63) <= x < 2**63 else default
 
 
+def _counted_int(v: Any, default: int, tally: Counter[str]) -> int:
+    """``_int``, counting a number beyond int64 (``out_of_range``): it is read as ``default`` (unknown)."""
+    x = _int(v, default)
+    if x == default and isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v != default:
+        tally["out_of_range"] += 1
+    return x
+
+
 # ---------------------------------------------------------------------------------------------------------------
-def _coerce_args(a: _LenientArgs | None) -> _Args | None:
+def _coerce_args(a: _LenientArgs | None, tally: Counter[str]) -> _Args | None:
     if a is None:
         return None
     ints = ("external_id", "correlation", "device", "stream", "registers", "shared_memory", "bytes", "cbid",
@@ -290,13 +322,18 @@ def _coerce_args(a: _LenientArgs | None) -> _Args | None:
     kw: dict[str, Any] = {}
     for f in ints:
         v = getattr(a, f)
-        kw[f] = None if v is None else _int(v, -1)
+        kw[f] = None if v is None else _counted_int(v, -1, tally)
     for f in floats:
         v = getattr(a, f)
         kw[f] = None if v is None else float(_num(v, np.nan))
     for f in ("grid", "block"):
         v = getattr(a, f)
-        kw[f] = [_int(x, 1) for x in v] if isinstance(v, (list, tuple)) else None
+        if not isinstance(v, (list, tuple)):
+            kw[f] = None
+            continue
+        big = sum(isinstance(x, int) and not -(2**63) <= x < 2**63 for x in v)
+        tally["out_of_range"] += big
+        kw[f] = None if big else [_int(x, 1) for x in v]  # a size beyond int64: the launch's grid is unknown
     for f in ("call_stack", "module_hierarchy"):
         v = getattr(a, f)
         kw[f] = None if v is None else str(v)
@@ -304,34 +341,45 @@ def _coerce_args(a: _LenientArgs | None) -> _Args | None:
     return _Args(**kw)
 
 
-def _coerce_memory_args(a: _LenientArgs | None) -> _MemoryArgs | None:
+def _coerce_memory_args(a: _LenientArgs | None, tally: Counter[str]) -> _MemoryArgs | None:
     if a is None:
         return None
     fields = ("total_reserved", "total_allocated", "alloc_bytes", "device_id", "device_type", "addr")
-    return _MemoryArgs(**{f: None if (v := getattr(a, f)) is None else _int(v, -1) for f in fields})
+    return _MemoryArgs(**{f: None if (v := getattr(a, f)) is None else _counted_int(v, -1, tally) for f in fields})
+
+
+def _thread(v: Any, tally: Counter[str]) -> int | str:
+    """A pid/tid as the strict struct holds it: an int64 or a string; anything else 0, an int beyond int64 -1."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        return _counted_int(v, -1, tally)
+    return 0
 
 
 def _coerce_events(events: list[_LenientEvent], tally: Counter[str] | None = None) -> list[Any]:
     """Lenient (drifted) events → strict events, coercing every field once. A complete event without a valid
-    timestamp is left out, one without a valid duration gets 0; ``tally`` counts both (``no_ts``, ``no_dur``)."""
+    timestamp is left out, one without a valid duration gets 0; ``tally`` counts both (``no_ts``, ``no_dur``).
+    A negative duration is kept, as the strict path keeps it: the columns count and clip those, whichever path an
+    event took (its chunk's other events decide that)."""
     out: list[Any] = []
     tally = Counter() if tally is None else tally
     for e in events:
-        ph, tid = str(e.ph), e.tid if isinstance(e.tid, (int, str)) else 0
+        ph, tid = str(e.ph), _thread(e.tid, tally)
         eid = e.id if isinstance(e.id, (int, str)) else None
         if ph == "X":
             ts, dur = float(_num(e.ts, np.nan)), float(_num(e.dur, np.nan))
             if not np.isfinite(ts):
                 tally["no_ts"] += 1
                 continue
-            if not np.isfinite(dur) or dur < 0:
+            if not np.isfinite(dur):
                 tally["no_dur"] += 1
                 dur = 0.0
-            out.append(_Complete(cat=str(e.cat), name=str(e.name), pid=e.pid if isinstance(e.pid, (int, str)) else 0,
-                                 tid=tid, ts=ts, dur=dur, args=_coerce_args(e.args)))
+            out.append(_Complete(cat=str(e.cat), name=str(e.name), pid=_thread(e.pid, tally), tid=tid, ts=ts, dur=dur,
+                                 args=_coerce_args(e.args, tally)))
         elif ph == "i":
             out.append(_Instant(cat=str(e.cat), id=eid, tid=tid, ts=float(_num(e.ts, 0)), name=str(e.name),
-                                args=_coerce_memory_args(e.args)))
+                                args=_coerce_memory_args(e.args, tally)))
         else:
             out.append(_MARKERS.get(ph, _Marker)(cat=str(e.cat), id=eid, tid=tid, ts=float(_num(e.ts, 0))))
     return out
@@ -339,10 +387,11 @@ def _coerce_events(events: list[_LenientEvent], tally: Counter[str] | None = Non
 
 def _coerce(trace: _LenientTrace, tally: Counter[str] | None = None) -> _Trace:
     """Lenient (drifted) document → strict, coercing every field once."""
+    base = trace.baseTimeNanoseconds
     return _Trace(traceEvents=_coerce_events(trace.traceEvents, tally), deviceProperties=trace.deviceProperties if isinstance(
         trace.deviceProperties, list) else None, distributedInfo=trace.distributedInfo if isinstance(
-        trace.distributedInfo, dict) else None, baseTimeNanoseconds=trace.baseTimeNanoseconds if isinstance(
-        trace.baseTimeNanoseconds, int) else None, schemaVersion=trace.schemaVersion, trace_id=trace.trace_id,
+        trace.distributedInfo, dict) else None, baseTimeNanoseconds=base if isinstance(base, int) and not isinstance(
+        base, bool) and -(2**63) <= base < 2**63 else None, schemaVersion=trace.schemaVersion, trace_id=trace.trace_id,
         cuda_driver_version=trace.cuda_driver_version, cuda_runtime_version=trace.cuda_runtime_version,
         cupti_version=trace.cupti_version)
 
@@ -366,9 +415,12 @@ def _add_events(cols: EventColumns, events: list[Any]) -> None:
         cols.add_memory([e for e in instants if e.name == MEMORY_EVENT and e.args is not None])
 
 
-def _devices(props: list[dict[str, Any]] | None, rank: int) -> list[DeviceInfo]:
+def _devices(props: list[Any] | None, rank: int, tally: Counter[str]) -> list[DeviceInfo]:
     out = []
     for d in props or []:
+        if not isinstance(d, dict):
+            tally["bad_device"] += 1
+            continue
         out.append(DeviceInfo(
             id=_int(d.get("id"), 0), name=str(d.get("name", "")), rank=rank,
             compute_major=_int(d.get("computeMajor")), compute_minor=_int(d.get("computeMinor")),
@@ -410,13 +462,24 @@ def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, 
             cols, trace = EventColumns(), _decode(path, read_bytes(path), tally)
             _add_events(cols, trace.traceEvents)
             trace.traceEvents = []
-        profile = _build(path, rank, cols, trace)
+        profile = _build(path, rank, cols, trace, tally)
+        tally["no_dur"] += cols.negative_durations
         notes = [f"{tally['no_ts']:,} events without a valid timestamp were left out"] if tally["no_ts"] else []
         if tally["no_dur"]:
             notes.append(f"{tally['no_dur']:,} events without a valid duration were read as 0 long")
+        if tally["out_of_range"]:
+            notes.append(f"{tally['out_of_range']:,} numbers beyond the 64-bit range (ids, sizes, threads) were "
+                         "read as unknown")
+        if tally["bad_device"]:
+            notes.append(f"{tally['bad_device']:,} deviceProperties entries that are not objects were ignored")
+        if tally["bad_utf8"]:
+            notes.append("invalid UTF-8 in the trace was read as U+FFFD (the replacement character)")
         if notes:
             profile.meta["source"]["notes"] = notes
         return profile
+    except RecursionError:
+        raise TraceError(f"{path}: JSON nested too deeply to read (an event or field nests hundreds of levels; "
+                         "Kineto writes a few)") from None
     finally:
         if was_enabled:
             gc.enable()
@@ -445,17 +508,19 @@ def _decode_envelope(data: bytes) -> _Trace:
     except msgspec.ValidationError:
         try:
             return _coerce(msgspec.json.decode(data, type=_LenientTrace))
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError):
             raise SplitError("document fields") from None
+    except UnicodeDecodeError:  # the whole-buffer path replaces it and says so
+        raise SplitError("invalid UTF-8 in the document fields") from None
 
 
-def _build(path: Path, rank: int | None, cols: EventColumns, trace: _Trace) -> Profile:
+def _build(path: Path, rank: int | None, cols: EventColumns, trace: _Trace, tally: Counter[str]) -> Profile:
     info = trace.distributedInfo or {}
     if rank is None:
         rank = _int(info.get("rank"), 0) if isinstance(info, dict) else 0
     profile = Profile()
     profile.tables.update(cols.tables(profile, rank))
-    profile.devices = _devices(trace.deviceProperties, rank)
+    profile.devices = _devices(trace.deviceProperties, rank, tally)
     _vendor(profile, cols)
     base = trace.baseTimeNanoseconds
     profile.meta.update({

@@ -46,9 +46,15 @@ _GPU_TABLES = ("kernels", "memcpy", "memset", "gpu_annotations", "syncs")
 def tid_of(v: Any) -> int:
     """Thread ids are ints, but some Kineto rows use strings ('stream 7 (sync)'): keep the first number."""
     if isinstance(v, int):
-        return v
+        return v if _INT64_MIN <= v <= _INT64_MAX else -1
     digits = "".join(ch if ch.isdigit() else " " for ch in str(v)).split()
-    return int(digits[0]) if digits else -1
+    if not digits:
+        return -1
+    try:
+        x = int(digits[0])
+    except ValueError:  # superscript digits ("²") pass isdigit() but not int()
+        return -1
+    return x if x <= _INT64_MAX else -1
 
 
 def _tids(values: list[Any]) -> np.ndarray:
@@ -58,12 +64,16 @@ def _tids(values: list[Any]) -> np.ndarray:
     return _ints(values)
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _ints(values: list[Any], default: int = -1) -> np.ndarray:
-    """int64 column from a list of ints/None (None → default)."""
+    """int64 column from a list of ints/None (None, or a value beyond int64, → default)."""
     try:  # struct converts a list of ints about twice as fast as numpy's per-element dtype discovery
         return np.frombuffer(struct.pack(f"{len(values)}q", *values), dtype=np.int64)
     except struct.error:
-        return np.fromiter([default if v is None else v for v in values], dtype=np.int64, count=len(values))
+        return np.fromiter([default if v is None or not _INT64_MIN <= v <= _INT64_MAX else v for v in values],
+                           dtype=np.int64, count=len(values))
 
 
 def _dims(values: list[Any]) -> np.ndarray:
@@ -74,8 +84,8 @@ def _dims(values: list[Any]) -> np.ndarray:
             return np.frombuffer(flat, dtype=np.int64).reshape(-1, 3)
     except (TypeError, struct.error):  # None (no len) or not ints
         pass
-    return np.array([v if v is not None and len(v) == 3 else _GRID_UNKNOWN for v in values],
-                    dtype=np.int64).reshape(-1, 3)
+    return np.array([v if v is not None and len(v) == 3 and all(_INT64_MIN <= x <= _INT64_MAX for x in v)
+                     else _GRID_UNKNOWN for v in values], dtype=np.int64).reshape(-1, 3)
 
 
 def _floats(values: list[Any]) -> np.ndarray:
@@ -89,8 +99,12 @@ def _floats(values: list[Any]) -> np.ndarray:
 _GRID_UNKNOWN = (-1, -1, -1)
 
 
+#: Timestamps are clipped to ±2**62 ns (146 years) before conversion: a float beyond int64 would cast to garbage.
+_NS_LIMIT = float(2**62)
+
+
 def _ns(values: np.ndarray) -> np.ndarray:
-    return np.rint(values * 1000.0).astype(np.int64)
+    return np.rint(np.clip(values * 1000.0, -_NS_LIMIT, _NS_LIMIT)).astype(np.int64)
 
 
 def _memcpy_kind(name: str) -> tuple[int, int, int]:
@@ -156,6 +170,7 @@ class EventColumns:
         self._memory: list[dict[str, np.ndarray]] = []  # columns of `[memory]` instants, per chunk
         self.flows: list[tuple[bool, Any, Any, Any]] = []  # fwdbwd flow points: (is_start, id, tid, ts_us)
         self.categories: Counter[str] = Counter()  # complete events per category as the file names it
+        self.negative_durations = 0  # complete events with dur < 0, read as 0 long
         # Set by tables(): local string ids in order, local id → profile id ([-1] stays -1), the profile.
         self._keys: list[str] = []
         self._lut = np.empty(0, dtype=np.int32)
@@ -173,8 +188,11 @@ class EventColumns:
             table = TABLE_OF_CATEGORY.get(cat)
             if table is None or not evs:
                 continue
-            cols = {"ts": _floats([e.ts for e in evs]), "dur": _floats([e.dur for e in evs]),
-                    "name": self._ids(evs)}
+            dur = _floats([e.dur for e in evs])
+            if (dur < 0).any():  # counted and clipped here, whichever decoding path the event took
+                self.negative_durations += int((dur < 0).sum())
+                dur = np.maximum(dur, 0.0)
+            cols = {"ts": _floats([e.ts for e in evs]), "dur": dur, "name": self._ids(evs)}
             if table == "runtime":  # the most numerous: two args, read without a list of args in between
                 cols["tid"] = _tids([e.tid for e in evs])
                 try:
@@ -418,7 +436,10 @@ def fwdbwd(ops: dict[str, np.ndarray], flows: list[tuple[bool, Any, Any, Any]]) 
     start: dict[Any, tuple[int, int]] = {}
     end: dict[Any, tuple[int, int]] = {}
     for is_start, fid, tid, ts in flows:
-        (start if is_start else end)[fid] = (tid if tid.__class__ is int else tid_of(tid), round(ts * 1000))
+        ns = ts * 1000
+        if not -_NS_LIMIT <= ns <= _NS_LIMIT:  # NaN or a time beyond int64 ns: the flow point is unusable
+            continue
+        (start if is_start else end)[fid] = (tid_of(tid), round(ns))
     pairs = [(start[k], end[k]) for k in start.keys() & end.keys()]
     if not pairs:
         return

@@ -212,7 +212,7 @@ def _emit_last(buf: bytearray, on_chunk: Callable[[memoryview], None], head: byt
 def _is_json(data: bytes) -> bool:
     try:
         msgspec.json.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # invalid UTF-8: the whole-buffer path replaces it
         return False
     return True
 
