@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import sys
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -143,6 +144,9 @@ def normalize_unit(unit: str) -> tuple[str, float]:
 
 
 # --- numbers -------------------------------------------------------------------------------------------------
+_INT64_MAX = 2**63 - 1
+#: Largest CSV field read (csv's default is 128 KiB; a demangled template name or an NVTX stack can be longer).
+FIELD_LIMIT = 64 << 20
 _EUROPEAN = re.compile(r"^-?\d{1,3}(\.\d{3})+,\d+$")
 _MISSING = frozenset({"", "n/a", "na", "nan", "-", "--"})
 
@@ -166,7 +170,7 @@ def _dim3(s: str) -> tuple[int, int, int]:
         vals = [int(p) for p in parts if p]
     except ValueError:
         return (-1, -1, -1)
-    if not vals:
+    if not vals or not all(-_INT64_MAX <= v <= _INT64_MAX for v in vals):  # absent, or beyond int64: unknown
         return (-1, -1, -1)
     x, y, z = [*vals, 1, 1][:3]
     return (x, y, z)
@@ -262,6 +266,8 @@ def read_ncu_csv(path: str | os.PathLike[str]) -> NcuTable:
         raw = gzip.open(p, "rb").read() if p.suffix == ".gz" else p.read_bytes()
     except (OSError, EOFError) as e:
         raise NcuFormatError(f"{p}: cannot read ({e})") from None
+    except zlib.error as e:  # a corrupt deflate stream (gzip.BadGzipFile covers only the header)
+        raise NcuFormatError(f"{p}: corrupt gzip ({e})") from None
     return parse_ncu_csv(raw.decode("utf-8", errors="replace"), source=str(p))
 
 
@@ -270,7 +276,14 @@ def parse_ncu_csv(text: str, source: str = "<ncu csv>") -> NcuTable:
     if "ERR_NVGPUCTRPERM" in text:
         raise NcuPermissionError(f"{source}: ncu could not read the GPU counters. {PERMISSION_HELP}")
     body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("=="))
-    rows = list(csv.reader(io.StringIO(body)))
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, FIELD_LIMIT))
+    try:
+        rows = list(csv.reader(io.StringIO(body)))
+    except csv.Error as e:  # a field beyond FIELD_LIMIT, a NUL byte …
+        raise NcuFormatError(f"{source}: not a CSV dnnprof can read ({e})") from None
+    finally:
+        csv.field_size_limit(limit)
     start = next((i for i, r in enumerate(rows) if r and r[0] == "ID" and "Kernel Name" in r), None)
     if start is None:
         hint = " (ncu says no kernels were profiled)" if "No kernels were profiled" in text else ""
@@ -286,9 +299,12 @@ def parse_ncu_csv(text: str, source: str = "<ncu csv>") -> NcuTable:
 
 def _launch_id(cell: str, source: str, line: int) -> int:
     try:
-        return int(cell.replace(",", ""))
+        v = int(cell.replace(",", ""))
     except ValueError:
-        raise NcuFormatError(f"{source}: row {line}: launch ID {cell!r} is not a number") from None
+        raise NcuFormatError(f"{source}: row {line}: launch ID {cell[:40]!r} is not a number") from None
+    if not 0 <= v <= _INT64_MAX:
+        raise NcuFormatError(f"{source}: row {line}: launch ID {cell[:40]!r} is out of range")
+    return v
 
 
 def _parse_raw(header: list[str], rows: list[list[str]], source: str, european: bool) -> NcuTable:
@@ -355,7 +371,8 @@ def _parse_details(header: list[str], rows: list[list[str]], source: str, europe
 
 
 def _int_col(v: np.ndarray) -> np.ndarray:
-    return np.where(np.isfinite(v), v, -1).astype(np.int64)
+    """int64 of a metric column; -1 where unknown or beyond int64."""
+    return np.where(np.isfinite(v) & (np.abs(v) < 2.0**63), v, -1).astype(np.int64)
 
 
 def _build(ids: list[int], names: list[str], grid: list[str] | None, block: list[str] | None,
@@ -372,7 +389,11 @@ def _build(ids: list[int], names: list[str], grid: list[str] | None, block: list
         if any(x is None for x in nums):
             text[name] = np.asarray([s.strip() for s in cells], dtype=object)
         arr = np.asarray([math.nan if x is None else x for x in nums], dtype=np.float64)
-        metrics[name], units[name] = arr * factor if factor != 1.0 else arr, base
+        if factor != 1.0:
+            with np.errstate(over="ignore"):
+                arr = arr * factor
+        # ±inf ("inf", "1e400", or a value that overflows its unit's scale) is no measurement: unknown, as empty
+        metrics[name], units[name] = np.where(np.isfinite(arr), arr, np.nan), base
     tbl = NcuTable(
         launch_id=np.asarray(ids, dtype=np.int64), kernel_name=np.asarray(names, dtype=object),
         grid=np.full((n, 3), -1, dtype=np.int64), block=np.full((n, 3), -1, dtype=np.int64),
@@ -399,10 +420,19 @@ def _fill_launch_columns(t: NcuTable, grid: list[str] | None, block: list[str] |
                        ("dynamic_smem_bytes", "launch__shared_mem_per_block_dynamic")):
         if t.has(name):
             getattr(t, attr)[:] = _int_col(t.metrics[name])
-    if device is not None:
-        t.device[:] = [int(x) if x.strip().isdigit() else 0 for x in device]
+    if device is not None:  # a device id beyond int16 is unknown (-1)
+        t.device[:] = [_small_int(x, 0, np.iinfo(np.int16).max) for x in device]
     if stream is not None:
-        t.stream[:] = [int(x) if x.strip().isdigit() else -1 for x in stream]
+        t.stream[:] = [_small_int(x, -1, _INT64_MAX) for x in stream]
+
+
+def _small_int(cell: str, default: int, limit: int) -> int:
+    """A non-negative int cell; ``default`` when not a number, -1 when beyond ``limit``."""
+    x = cell.strip()
+    if not (x.isascii() and x.isdigit()):
+        return default
+    v = int(x)
+    return v if v <= limit else -1
 
 
 # --- .ncu-rep through ncu_report ------------------------------------------------------------------------------
