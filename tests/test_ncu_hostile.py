@@ -113,3 +113,21 @@ def test_short_rows_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     path.write_text(out.getvalue())
     rc, err, _ = _analyze(tmp_path, path, capsys)
     assert rc == 2 and len(err) == 1 and "fields (truncated file?)" in err[0]
+
+
+def test_a_long_metric_label_is_read_in_linear_time(tmp_path: Path) -> None:
+    """A 200 kB label of letters made the metric-name search quadratic (minutes); it must take well under 1 s."""
+    import time
+
+    details = RAW.parent / "ncu_details.csv"
+    lines = [ln for ln in details.read_text().splitlines() if not ln.startswith("==")]
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    rows[1][rows[0].index("Metric Name")] = "x" * 200_000
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL).writerows(rows)
+    path = tmp_path / "details.csv"
+    path.write_text(out.getvalue())
+    start = time.perf_counter()
+    t = read_ncu_csv(path)
+    assert time.perf_counter() - start < 2.0
+    assert any(k.startswith("label:") and k.endswith("x" * 10) for k in t.metrics)

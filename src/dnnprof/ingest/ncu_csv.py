@@ -231,12 +231,14 @@ DETAIL_LABELS: dict[str, str] = {
     "L1/TEX Hit Rate": "l1tex__t_sector_hit_rate.pct",
     "L2 Hit Rate": "lts__t_sector_hit_rate.pct",
 }
-_METRIC_NAME = re.compile(r"[a-z0-9]+__[A-Za-z0-9_.]+")
+# The lookbehind starts a match only where a word starts: without it a long label of letters ("xxx…", 200 kB)
+# is searched from every position, each scanning to the end (quadratic: minutes).
+_METRIC_NAME = re.compile(r"(?<![a-z0-9])[a-z0-9]+__[A-Za-z0-9_.]+")
 
 
 def _metric_key(label: str, section: str, unit: str) -> str:
     """Canonical metric name for a details-page ``Metric Name`` cell (label, raw name, or "label (name)")."""
-    if (m := _METRIC_NAME.search(label)) is not None:
+    if "__" in label and (m := _METRIC_NAME.search(label)) is not None:
         return m.group(0)
     if label == "Memory Throughput":
         return ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed" if unit.strip() == "%"
