@@ -8,9 +8,68 @@ matched by full name (and layer, where attributed), families, layers and phases 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 SCHEMA = "dnnprof.diff/1"
+
+#: What a diff reads of a summary: section → (kind, fields that must be numbers or null, fields that must be text or
+#: null); "object" sections are one object, "rows" sections a list of objects. Anything else in a summary is ignored.
+_READS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "steps": ("object", ("count", "median_us"), ()),
+    "gpu": ("object", ("busy_pct", "tensor_core_pct", "kernel_us", "memcpy_us", "memset_us", "idle_us",
+                       "collectives_only_pct"), ()),
+    "device": ("object", (), ("name",)),
+    "source": ("object", (), ("path", "format")),
+    "throughput": ("object", ("items_per_s",), ("unit",)),
+    "memory": ("object", ("peak_allocated_bytes",), ()),
+    "families": ("rows", ("total_us",), ("family",)),
+    "layers": ("rows", ("total_us",), ("name",)),
+    "kernels": ("rows", ("total_us",), ("name", "short_name", "layer")),
+    "findings": ("rows", ("est_gain_pct",), ("id", "title")),
+}
+#: Row fields that must be present (a key to match rows by, a time to compare).
+_ROW_KEYS = {"families": ("family", "total_us"), "layers": ("name", "total_us"), "kernels": ("name", "total_us"),
+             "findings": ("id",)}
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def summary_problem(doc: Any) -> str | None:
+    """Why ``doc`` cannot be compared (the first field of the wrong type), or None. Checks what
+    :func:`diff_summaries` reads, so a summary edited by hand or cut short is refused in one line, not a traceback."""
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__}, not a summary object"
+    for section, (kind, numbers, texts) in _READS.items():
+        value = doc.get(section)
+        if value is None:
+            continue
+        rows = [value] if kind == "object" else value
+        if not isinstance(value, dict if kind == "object" else list):
+            return f"'{section}' is {str(value)[:40]!r}, not {'an object' if kind == 'object' else 'a list'}"
+        for i, row in enumerate(rows):
+            where = section if kind == "object" else f"{section}[{i}]"
+            if not isinstance(row, dict):
+                return f"'{where}' is {str(row)[:40]!r}, not an object"
+            for k in _ROW_KEYS.get(section, ()):
+                if row.get(k) is None:
+                    return f"'{where}' has no {k}"
+            for k in numbers:
+                if row.get(k) is not None and not _number(row[k]):
+                    return f"'{where}.{k}' is {str(row[k])[:40]!r}, not a number"
+            for k in texts:
+                if row.get(k) is not None and not isinstance(row[k], str):
+                    return f"'{where}.{k}' is {str(row[k])[:40]!r}, not text"
+    count = (doc.get("steps") or {}).get("count")
+    if count is not None and (not isinstance(count, int) or count < 0):
+        return f"'steps.count' is {count!r}, not a count"
+    phases = doc.get("phases")
+    if phases is not None and not (isinstance(phases, dict) and all(_number(v) for k, v in phases.items()
+                                                                    if str(k).endswith("_us"))):
+        return "'phases' is not an object of times"
+    return None
 
 
 def _per_step(doc: dict[str, Any]) -> int:

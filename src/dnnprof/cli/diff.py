@@ -20,9 +20,14 @@ def load_summary(path: Path, rank: int | None = None) -> dict[str, Any]:
     if path.is_file() and path.suffix == ".json" and path.stat().st_size < 64 << 20:
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             doc = None
         if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("dnnprof.summary/"):
+            from dnnprof.analysis.diff import summary_problem
+
+            problem = summary_problem(doc)
+            if problem:
+                raise UserError(f"{path}: a dnnprof summary that cannot be compared: {problem}")
             return doc
     from dnnprof.cli.sources import analysed
 

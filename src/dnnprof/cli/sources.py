@@ -38,12 +38,17 @@ def run_extras(path: Path) -> dict[str, Any] | None:
     host hotspots, run settings), rebuilt from its files as ``dnnprof run`` built it; None for anything else."""
     from dnnprof.ingest.assemble import AssembleError
     from dnnprof.ingest.detect import kind_of
+    from dnnprof.ingest.errors import TraceError
+    from dnnprof.ingest.run_files import check_run_dir
     from dnnprof.runs.finish import run_dir_extras
 
     if kind_of(path) not in ("run", "run-raw"):
         return None
     try:
+        check_run_dir(path)
         return run_dir_extras(path)
     except AssembleError as e:
         raise UserError(f"{path}: {e}") from None
+    except TraceError as e:
+        raise UserError(str(e)) from None
 

@@ -131,7 +131,9 @@ def open_profile(path: str | Path) -> Profile:
 def _assemble_run(run_dir: Path) -> Profile:
     """A run directory whose process ended before ``dnnprof run`` wrote its profile, assembled from its traces."""
     from dnnprof.ingest.assemble import AssembleError, assemble, load_collector
+    from dnnprof.ingest.run_files import check_run_dir
 
+    check_run_dir(run_dir)  # a damaged collector.json or samples file is one line naming it
     try:
         col = load_collector(run_dir)
         if col is None:

@@ -193,19 +193,31 @@ class Profile:
                 raise ProfileError(f"{d}: no such folder; an interrupted save left the earlier profile in {aside[-1]} "
                                    f"(rename it to {d.name})")
             raise ProfileError(f"{d}: not a dnnprof profile (no {_META_FILE})")
+        from dnnprof.model import load_checks as check
+
         try:
-            doc = json.loads(meta_path.read_text())
+            doc = json.loads(meta_path.read_bytes())
         except json.JSONDecodeError as e:
             raise ProfileError(f"{meta_path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+        except UnicodeDecodeError:
+            raise ProfileError(f"{meta_path}: invalid JSON (not UTF-8 text)") from None
+        except RecursionError:
+            raise ProfileError(f"{meta_path}: invalid JSON (nested too deeply)") from None
+        except OSError as e:
+            raise ProfileError(f"{meta_path}: cannot read ({e.strerror})") from None
+        problem = check.document_problem(doc)
+        if problem:
+            raise ProfileError(f"{meta_path}: {problem}")
         if doc.get("format") != PROFILE_FORMAT:
-            raise ProfileError(f"{d}: profile format {doc.get('format')!r}, this dnnprof reads {PROFILE_FORMAT}")
+            raise ProfileError(f"{d}: profile format {str(doc.get('format'))[:60]!r}, this dnnprof reads "
+                               f"{PROFILE_FORMAT}")
         import pyarrow as pa
 
         def read(path: Path) -> Any:
             try:
                 return pq.ParquetFile(path, memory_map=True).read()  # lighter than read_table (no dataset layer)
-            except (pa.ArrowException, OSError) as e:
-                raise ProfileError(f"{path}: unreadable Parquet ({e})") from None
+            except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
+                raise ProfileError(f"{path}: unreadable Parquet ({check.one_line(e)})") from None
 
         tables: dict[str, Table] = {}
         missing: list[str] = []
@@ -219,11 +231,27 @@ class Profile:
             t = empty_table(name, pt.num_rows)
             for c in cols:
                 if c.name in pt.column_names:
-                    t[c.name] = pt.column(c.name).to_numpy(zero_copy_only=False).astype(c.dtype, copy=False)
+                    column = pt.column(c.name)
+                    problem = check.column_problem(column, c.dtype)
+                    values = None
+                    if problem is None:
+                        values, problem = check.converted(column.to_numpy(zero_copy_only=False), c.dtype)
+                    if problem is not None or values is None:
+                        raise ProfileError(f"{path}: column {c.name} {problem}")
+                    t[c.name] = values
             tables[name] = t
         if not (d / "strings.parquet").is_file():
             raise ProfileError(f"{d}: not a complete dnnprof profile (no strings.parquet)")
-        strings = read(d / "strings.parquet").column("value").to_pylist()
+        st = read(d / "strings.parquet")
+        if "value" not in st.column_names:
+            raise ProfileError(f"{d / 'strings.parquet'}: no column value")
+        problem = check.strings_problem(st.column("value"))
+        if problem:
+            raise ProfileError(f"{d / 'strings.parquet'}: {problem}")
+        strings = st.column("value").to_pylist()
+        problem = check.link_problem(tables, len(strings), d, missing)
+        if problem:
+            raise ProfileError(problem)
         devices = [DeviceInfo.from_dict(x) for x in doc.get("devices", [])]
         meta = doc.get("meta", {})
         if missing:  # a profile saved by an older dnnprof lacks newer tables; a deleted file shows here too

@@ -13,11 +13,14 @@ from dnnprof.model.outputs import write_bytes_atomic
 
 
 def _clean(x: Any) -> Any:
-    """NaN/inf become null: JSON has no NaN, and consumers (jq, CI scripts) choke on it."""
+    """NaN/inf become null: JSON has no NaN, and consumers (jq, CI scripts) choke on it. A lone surrogate (a
+    ``"\\ud800"`` escape in a trace's name) becomes U+FFFD: UTF-8 cannot hold it."""
     if isinstance(x, float):
         return None if math.isnan(x) or math.isinf(x) else float(x)
+    if isinstance(x, str):
+        return x if x.isascii() else x.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
+        return {_clean(k): _clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_clean(v) for v in x]
     if hasattr(x, "item"):  # numpy scalar

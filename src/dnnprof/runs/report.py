@@ -58,11 +58,13 @@ def report_path(path: Path, rank: int | None = None) -> tuple[Analysis, dict[str
         ReportError: no such rank, or the run directory's own files cannot be read.
     """
     from dnnprof.ingest.assemble import AssembleError
+    from dnnprof.ingest.run_files import check_run_dir
     from dnnprof.runs.finish import run_dir_extras
 
     profile = open_profile(path)
     extras = None
     if kind_of(path) in ("run", "run-raw"):
+        check_run_dir(path)  # the files the run's extras come from, type-checked: a damaged one is one line
         try:
             extras = run_dir_extras(path)
         except AssembleError as e:

@@ -1,0 +1,151 @@
+"""Saved profiles, run directories and summaries are validated on load: a damaged file is one line naming the file
+and the problem (exit 2), never a traceback from the analysis that trusted it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import CPU_MLP, DATA
+from dnnprof.cli.main import main
+from dnnprof.ingest.kineto import read_kineto
+
+GRAPH = DATA / "graph_replay_h100" / "trace.json.gz"
+RUN = DATA / "run_gpt2_infer_h100"
+SUMMARY = RUN / "expected_summary.json"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real trace with kernels launched from ops, saved as a profile."""
+    p = read_kineto(DATA / "deepspeech_train_h200" / "trace.json.gz")
+    assert (p.tables["kernels"]["op_row"] >= 0).any()
+    return p.save(tmp_path_factory.mktemp("saved") / "profile")
+
+
+def _one_error(capsys: pytest.CaptureFixture[str], args: list[str]) -> str:
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dnnprof: error: "), err
+    return err[0]
+
+
+def _rewrite(path: Path, column: str, make: Callable[[pa.ChunkedArray], pa.Array]) -> None:
+    t = pq.read_table(path)
+    i = t.column_names.index(column)
+    pq.write_table(t.set_column(i, column, make(t.column(column))), path)
+
+
+def _nulls(col: pa.ChunkedArray) -> pa.Array:
+    values = col.to_pylist()
+    values[0] = None
+    return pa.array(values, type=col.type)
+
+
+DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
+    "missing ops.parquet": (lambda d: (d / "ops.parquet").unlink(),
+                            "kernels.parquet: op_row refers to row"),
+    "truncated strings.parquet": (lambda d: (d / "strings.parquet").write_bytes(
+        (d / "strings.parquet").read_bytes()[:300]), "strings.parquet: unreadable Parquet"),
+    "a null string": (lambda d: _rewrite(d / "strings.parquet", "value", _nulls), "1 null strings"),
+    "a column rewritten as text": (lambda d: _rewrite(d / "kernels.parquet", "dur_ns", lambda c: pa.array(
+        [str(x) for x in c.to_pylist()])), "kernels.parquet: column dur_ns is string, not numbers"),
+    "a name id past the strings": (lambda d: _rewrite(d / "kernels.parquet", "name_id", lambda c: pa.array(
+        [10**6] * len(c), type=pa.int32())), "kernels.parquet: name_id refers to row 1000000 of strings.parquet"),
+    "nulls in a number column": (lambda d: _rewrite(d / "kernels.parquet", "start_ns", _nulls),
+                                 "kernels.parquet: column start_ns has 1 nulls"),
+    "profile.json a list": (lambda d: (d / "profile.json").write_text("[1, 2]"),
+                            "profile.json: is a JSON list, not an object"),
+    "a device that is a number": (lambda d: (d / "profile.json").write_text(json.dumps(
+        {**json.loads((d / "profile.json").read_text()), "devices": [1]})), "device 0: a JSON int"),
+    "event counts that are text": (lambda d: (d / "profile.json").write_text(json.dumps(
+        {**json.loads((d / "profile.json").read_text()), "meta": {"event_counts": {"kernel": "x"}}})),
+        "meta.event_counts holds something other than counts"),
+}
+
+
+@pytest.mark.parametrize("name", list(DAMAGE))
+def test_a_damaged_saved_profile_is_one_line(tmp_path: Path, saved: Path, capsys: pytest.CaptureFixture[str],
+                                             name: str) -> None:
+    damage, expected = DAMAGE[name]
+    d = tmp_path / "p"
+    shutil.copytree(saved, d)
+    damage(d)
+    line = _one_error(capsys, ["analyze", str(d)])
+    assert expected in line and str(d) in line
+
+
+def test_a_profile_missing_a_table_nothing_refers_to_still_loads(tmp_path: Path) -> None:
+    d = read_kineto(CPU_MLP).save(tmp_path / "p")
+    (d / "memory_events.parquet").unlink()
+    assert main(["analyze", str(d), "--quiet", "--json", str(tmp_path / "s.json")]) == 0
+
+
+def _run_copy(tmp_path: Path) -> Path:
+    d = tmp_path / "run"
+    shutil.copytree(RUN, d)
+    return d
+
+
+RUN_DAMAGE: dict[str, tuple[str, Callable[[dict], object], str]] = {
+    "collector.json a list": ("collector.json", lambda doc: [doc], "collector.json: a JSON list"),
+    "steps as text": ("collector.json", lambda doc: {**doc, "step_start_ns": "x"}, "step_start_ns is 'x'"),
+    "a window without its steps": ("collector.json", lambda doc: {**doc, "windows": [
+        {k: v for k, v in w.items() if k != "last_step"} for w in doc["windows"]]}, "has no first_step and last_step"),
+    "a samples file outside the run": ("collector.json", lambda doc: {**doc, "samples_file": "../../etc/passwd"},
+                                       "samples_file is '../../etc/passwd', not a file name or null"),
+    "memory peaks as objects": ("collector.json", lambda doc: {**doc, "memory": {
+        **doc["memory"], "per_step": {**doc["memory"]["per_step"], "peak_allocated_bytes": [{}]}}},
+        "memory.per_step.peak_allocated_bytes"),
+    "samples columns of different lengths": ("samples.json", lambda doc: {**doc, "value": doc["value"][:-1]},
+                                             "columns of different lengths"),
+    "meta.json a number": ("meta.json", lambda doc: 7, "meta.json: a JSON int"),
+    "meta.json complete as text": ("meta.json", lambda doc: {**doc, "complete": "yes"}, "complete is 'yes'"),
+}
+
+
+@pytest.mark.parametrize("name", list(RUN_DAMAGE))
+def test_a_garbled_run_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    file, change, expected = RUN_DAMAGE[name]
+    d = _run_copy(tmp_path)
+    (d / file).write_text(json.dumps(change(json.loads((d / file).read_text()))))
+    line = _one_error(capsys, ["analyze", str(d)])
+    assert expected in line and str(d / file) in line
+
+
+@pytest.mark.parametrize("raw", [b"{\"status\": \"ok\xed\xa0\x80\"}", b"\xff\xfe{}", b"[" * 100_000])
+def test_run_json_that_is_not_utf8_or_too_deep_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          raw: bytes) -> None:
+    d = _run_copy(tmp_path)
+    (d / "meta.json").write_bytes(raw)
+    line = _one_error(capsys, ["analyze", str(d)])
+    assert str(d / "meta.json") in line and "invalid JSON" in line
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (lambda s: {**s, "steps": "x"}, "'steps' is 'x', not an object"),
+    (lambda s: {**s, "steps": {**s["steps"], "count": "x"}}, "'steps.count' is 'x'"),
+    (lambda s: {**s, "kernels": [{"name": "k"}]}, "'kernels[0]' has no total_us"),
+    (lambda s: {**s, "findings": [1]}, "'findings[0]' is '1', not an object"),
+    (lambda s: {**s, "gpu": {**s["gpu"], "busy_pct": "high"}}, "'gpu.busy_pct' is 'high', not a number"),
+], ids=["steps-text", "count-text", "row-without-time", "finding-number", "busy-text"])
+def test_diff_refuses_a_summary_it_cannot_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 change: Callable[[dict], dict], expected: str) -> None:
+    bad = tmp_path / "summary.json"
+    bad.write_text(json.dumps(change(json.loads(SUMMARY.read_text()))))
+    line = _one_error(capsys, ["diff", str(SUMMARY), str(bad)])
+    assert expected in line and str(bad) in line
+
+
+def test_a_lone_surrogate_in_a_name_is_written_as_replacement_characters(tmp_path: Path) -> None:
+    doc = json.loads(SUMMARY.read_text())
+    doc["kernels"][0]["name"] = "k\ud800"
+    (tmp_path / "n.json").write_text(json.dumps(doc))
+    assert main(["diff", str(SUMMARY), str(tmp_path / "n.json"), "--quiet", "--json", str(tmp_path / "d.json")]) == 0
+    assert "k\ufffd" in (tmp_path / "d.json").read_text(encoding="utf-8")
