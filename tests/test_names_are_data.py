@@ -135,3 +135,15 @@ def test_error_lines_carry_no_terminal_escapes(tmp_path: Path, capsys: pytest.Ca
     err = capsys.readouterr().err
     assert "\x1b" not in err and "trace.json" in err and len(err.strip().splitlines()) == 1
 
+
+
+def test_svg_plots_stay_well_formed_xml_with_hostile_labels() -> None:
+    import xml.etree.ElementTree as ET
+
+    from dnnprof.render.sweep_svg import line_chart
+
+    label = "\x1b[2J<series> & \x07bell"
+    svg = line_chart([(label, [(1.0, 2.0), (2.0, 3.0)])], title="t\x1b]0;x\x07", y_label="y")
+    root = ET.fromstring(svg)  # XML 1.0 forbids ESC and BEL: a raw one makes the file unreadable
+    texts = " ".join(t for t in root.itertext())
+    assert "<series> & bell" in texts.replace("  ", " ")

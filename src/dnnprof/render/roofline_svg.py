@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 
+from dnnprof.render.safe_text import xml_text as escape  # names may hold control characters XML forbids
 from dnnprof.render.sweep_svg import PALETTE
 
 WIDTH, HEIGHT = 820, 480

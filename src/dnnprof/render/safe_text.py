@@ -9,6 +9,7 @@ them reaches a terminal, rich markup or a Markdown report, it goes through one o
 - ``cell``: a cleaned ``rich.text.Text`` for a table cell (a ``str`` cell would be parsed as markup).
 - ``markup``: a cleaned string with rich markup escaped, for the few places that build markup strings.
 - ``md``: a cleaned string with Markdown and HTML special characters escaped, for Markdown reports.
+- ``xml_text``: a cleaned string with XML special characters escaped, for SVG (XML 1.0 forbids most controls).
 - ``clean_doc``: ``clean`` applied to every string of a JSON-like document (keys and values).
 """
 
@@ -67,6 +68,13 @@ def md(value: Any) -> str:
     text = clean(value)
     text = "".join(_HTML.get(ch, ch) for ch in text)
     return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def xml_text(value: Any) -> str:
+    """``value`` as text inside an SVG/XML element or attribute: controls removed, ``<&>"'`` escaped."""
+    from html import escape
+
+    return escape(clean(value))
 
 
 def clean_doc(doc: Any) -> Any:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from html import escape
 from typing import Any
+
+from dnnprof.render.safe_text import xml_text as escape  # names may hold control characters XML forbids
 
 #: Okabe–Ito colours (distinguishable with colour-blindness), one per series.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
