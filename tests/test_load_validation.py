@@ -103,6 +103,10 @@ RUN_DAMAGE: dict[str, tuple[str, Callable[[dict], object], str]] = {
     "memory peaks as objects": ("collector.json", lambda doc: {**doc, "memory": {
         **doc["memory"], "per_step": {**doc["memory"]["per_step"], "peak_allocated_bytes": [{}]}}},
         "memory.per_step.peak_allocated_bytes"),
+    "a window without its kind": ("collector.json", lambda doc: {**doc, "windows": [
+        {k: v for k, v in w.items() if k != "kind"} for w in doc["windows"]]}, "windows[0] has no kind"),
+    "traces only of the attribution window": ("collector.json", lambda doc: {**doc, "windows": [
+        w for w in doc["windows"] if w["kind"] == "attribution"]}, "traces only of attribution windows"),
     "samples columns of different lengths": ("samples.json", lambda doc: {**doc, "value": doc["value"][:-1]},
                                              "columns of different lengths"),
     "meta.json a number": ("meta.json", lambda doc: 7, "meta.json: a JSON int"),

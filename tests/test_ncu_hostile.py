@@ -131,3 +131,14 @@ def test_a_long_metric_label_is_read_in_linear_time(tmp_path: Path) -> None:
     t = read_ncu_csv(path)
     assert time.perf_counter() - start < 2.0
     assert any(k.startswith("label:") and k.endswith("x" * 10) for k in t.metrics)
+
+
+def test_launch_columns_without_metrics_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = _rows()
+    keep = [j for j, name in enumerate(rows[0]) if name in ("ID", "Kernel Name", "Grid Size", "Block Size", "Device")]
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL).writerows([[r[j] for j in keep] for r in rows])
+    path = tmp_path / "ncu.csv"
+    path.write_text(out.getvalue())
+    rc, err, _ = _analyze(tmp_path, path, capsys)
+    assert rc == 2 and len(err) == 1 and "no metric values, only launch columns" in err[0]

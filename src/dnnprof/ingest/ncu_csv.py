@@ -382,6 +382,9 @@ def _build(ids: list[int], names: list[str], grid: list[str] | None, block: list
            values: dict[str, tuple[list[str], str]], rules: list[NcuRule], source: str, page: str,
            european: bool) -> NcuTable:
     n = len(ids)
+    if n and not values:  # launch columns only (ID, names, grid …): nothing to measure a kernel by
+        raise NcuFormatError(f"{source}: no metric values, only launch columns: not the per-launch results of "
+                             "'ncu --csv' (--page raw or details)")
     metrics: dict[str, np.ndarray] = {}
     units: dict[str, str] = {}
     text: dict[str, np.ndarray] = {}

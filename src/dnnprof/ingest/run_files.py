@@ -157,8 +157,13 @@ def check_run_dir(run_dir: Path) -> None:
         _check(memory["per_step"], PER_STEP, path, "memory.per_step.")
     if isinstance(memory.get("static"), dict):
         _check(memory["static"], dict.fromkeys(memory["static"], _or_none(_num)), path, "memory.static.")
+    traced = set()
     for i, w in enumerate(col.get("windows") or []):
         _check(w, WINDOW, path, f"windows[{i}].")
+        if "kind" not in w:
+            raise TraceError(f"{path}: windows[{i}] has no kind")
+        if w.get("trace"):
+            traced.add(w["kind"])
         if isinstance(w.get("clock_probe"), dict) and w["clock_probe"]:
             _check(w["clock_probe"], PROBE, path, f"windows[{i}].clock_probe.")
             missing = [k for k in PROBE if k not in w["clock_probe"]]
@@ -168,6 +173,9 @@ def check_run_dir(run_dir: Path) -> None:
             raise TraceError(f"{path}: windows[{i}] has a trace but no started_ns")
         if w.get("kind") in STEP_WINDOWS and not (_int(w.get("first_step")) and _int(w.get("last_step"))):
             raise TraceError(f"{path}: windows[{i}] ({w['kind']}) has no first_step and last_step")
+    if traced and not traced & {*STEP_WINDOWS, "whole_run"}:
+        raise TraceError(f"{path}: traces only of {', '.join(sorted(traced))} windows: no timing, full, cpu or "
+                         "whole_run window to build the profile from")
     starts, ends = col.get("step_start_ns") or [], col.get("step_end_ns") or []
     if len(starts) != len(ends):
         raise TraceError(f"{path}: {len(starts)} step starts but {len(ends)} step ends")
