@@ -46,6 +46,11 @@ def _num(v: Any) -> bool:
     return (isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 1e300) or _int(v)
 
 
+def _sample(v: Any) -> bool:
+    """A sampled value: any number, NaN included (the collector writes NaN for a metric the GPU did not give)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, float) or _int(v))
+
+
 def _str(v: Any) -> bool:
     return isinstance(v, str)
 
@@ -84,7 +89,7 @@ def _rel_path(v: Any) -> bool:
     return ".." not in Path(v).parts
 
 
-_WHAT: dict[Callable[[Any], bool], str] = {_int: "an integer", _num: "a number", _str: "text", _dict: "an object", _plain_name: "a file name",
+_WHAT: dict[Callable[[Any], bool], str] = {_int: "an integer", _num: "a number", _sample: "a number", _str: "text", _dict: "an object", _plain_name: "a file name",
          _rel_path: "a path inside the run directory"}
 
 #: collector.json: field → check (absent fields are allowed: older collectors wrote fewer).
@@ -125,7 +130,7 @@ WINDOW: dict[str, Callable[[Any], bool]] = {
 PROBE: dict[str, Callable[[Any], bool]] = {"t0_ns": _int, "t1_ns": _int, "method": _str, "name": _str}
 SAMPLES: dict[str, Callable[[Any], bool]] = {
     "metrics": _list_of(_str), "device": _list_of(lambda v: _int(v) and 0 <= v < 2**15), "ts_ns": _list_of(_int),
-    "metric": _list_of(_int), "value": _list_of(_or_none(_num)),
+    "metric": _list_of(_int), "value": _list_of(_or_none(_sample)),
 }
 META: dict[str, Callable[[Any], bool]] = {"status": _or_none(_str), "complete": _or_none(lambda v: isinstance(v, bool)),
                                           "config": _or_none(_dict)}
