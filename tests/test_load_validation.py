@@ -64,6 +64,8 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
                             "profile.json: is a JSON list, not an object"),
     "a device that is a number": (lambda d: (d / "profile.json").write_text(json.dumps(
         {**json.loads((d / "profile.json").read_text()), "devices": [1]})), "device 0: a JSON int"),
+    "a device without its id": (lambda d: (d / "profile.json").write_text(json.dumps(
+        {**json.loads((d / "profile.json").read_text()), "devices": [{"name": "GPU"}]})), "device 0: no id"),
     "event counts that are text": (lambda d: (d / "profile.json").write_text(json.dumps(
         {**json.loads((d / "profile.json").read_text()), "meta": {"event_counts": {"kernel": "x"}}})),
         "meta.event_counts holds something other than counts"),

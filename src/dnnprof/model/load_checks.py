@@ -9,7 +9,7 @@ between tables (``*_row`` to a row of its table, ``*_id`` to a string), so the a
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,8 @@ def device_problem(d: Any) -> str | None:
         return f"a JSON {type(d).__name__}, not an object"
     for f in fields(DeviceInfo):
         if f.name not in d:
+            if f.default is MISSING and f.default_factory is MISSING:
+                return f"no {f.name}"
             continue
         v = d[f.name]
         want = str(f.type)
