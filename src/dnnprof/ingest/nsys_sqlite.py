@@ -405,7 +405,7 @@ def _lone_window(ops: dict[str, np.ndarray], top: np.ndarray, launches: np.ndarr
 def _devices(db: _Db, rank: int) -> list[DeviceInfo]:
     """Devices from ``TARGET_INFO_GPU`` (every nsys schema seen), completed by ``TARGET_INFO_CUDA_DEVICE``."""
     out: dict[int, dict[str, Any]] = {}
-    gpu = {"id": "cuDevice|id", "name": "name", "compute_major": "computeMajor", "compute_minor": "computeMinor",
+    gpu = {"id": "cuDevice|id", "row_id": "id", "name": "name", "compute_major": "computeMajor", "compute_minor": "computeMinor",
            "sm_count": "smCount", "memory_bytes": "totalMemory", "max_threads_per_block": "maxThreadsPerBlock",
            "regs_per_block": "maxRegistersPerBlock", "regs_per_sm": "maxRegistersPerSm",
            "warp_size": "threadsPerWarp", "shared_memory_per_block_bytes": "maxShmemPerBlock",
@@ -420,10 +420,14 @@ def _devices(db: _Db, rank: int) -> list[DeviceInfo]:
             continue
         cols = db.select(table, wanted)
         for i in range(len(cols["id"])):
-            dev = out.setdefault(int(cols["id"][i]), {})
+            # cuDevice is NULL in some exports: the row's own device id then
+            dev_id = cols["id"][i] if cols["id"][i] is not None else (cols.get("row_id") or [None] * (i + 1))[i]
+            if dev_id is None:
+                continue
+            dev = out.setdefault(int(dev_id), {})
             for k in wanted:
                 v = cols[k][i]
-                if k != "id" and v is not None and v != "" and k not in dev:
+                if k not in ("id", "row_id") and v is not None and v != "" and k not in dev:
                     dev[k] = v
     devices = []
     for dev_id, d in sorted(out.items()):
