@@ -12,7 +12,8 @@ from dnnprof.cli.errors import UserError
 def analyze(
     trace: Path = typer.Argument(..., help="Kineto/torch.profiler JSON(.gz), a folder of per-rank traces, a saved "
                                            "profile, a dnnprof run directory, an Nsight Systems SQLite export or "
-                                           ".nsys-rep report, or an Nsight Compute CSV.", show_default=False),
+                                           ".nsys-rep report, an Nsight Compute CSV, or an "
+                                           "nvprof --csv CSV (--print-gpu-trace or --print-summary).", show_default=False),
     json_out: Path | None = typer.Option(None, "--json", help="Write the dnnprof.summary/1 JSON here ('-' = stdout)."),
     top: int = typer.Option(15, "--top", min=1, help="Rows to show in each table."),
     save: Path | None = typer.Option(None, "--save", help="Save the canonical profile (Parquet) in this folder: a "
@@ -51,6 +52,14 @@ def analyze(
             raise UserError(f"{trace}: an Nsight Compute file has no timeline: --perfetto and --save need a trace, "
                             "run directory or saved profile (--json and --html work)")
         _analyze_ncu(trace, json_out, top, quiet, html)
+        return
+    if kind == "nvprof-summary":
+        if perfetto is not None or save is not None or html is not None:
+            raise UserError(f"{trace}: an nvprof --print-summary CSV has no timeline: --perfetto, --save and --html "
+                            "need a trace (nvprof --csv --print-gpu-trace; --json works)")
+        from dnnprof.cli.nvprof_summary import report_nvprof_summary
+
+        report_nvprof_summary(trace, json_out, top, quiet)
         return
     analysis, doc = analysed(trace, rank)
     try:

@@ -21,7 +21,8 @@ RUN_RESULTS, RUN_TRACES = "collector.json", "trace"
 def kind_of(path: Path) -> str:
     """One of: 'profile' (saved dnnprof profile dir), 'run' (dnnprof run dir), 'run-raw' (a run directory whose
     profile was never assembled: its collector results and traces only), 'kineto', 'kineto-dir', 'ncu-csv',
-    'ncu-rep', 'nsys-sqlite' (by content: the SQLite magic; its tables are checked by the reader), 'nsys-rep' (an
+    'ncu-rep', 'nvprof-csv' (``--print-gpu-trace``), 'nvprof-summary' (``--print-summary``: no timeline),
+    'nsys-sqlite' (by content: the SQLite magic; its tables are checked by the reader), 'nsys-rep' (an
     Nsight Systems report, ``.nsys-rep`` or the older ``.qdrep``). Raises TraceError for anything else."""
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
@@ -49,7 +50,10 @@ def kind_of(path: Path) -> str:
     if text[:1] in (b"{", b"["):
         return "kineto"
     from dnnprof.ingest.nvprof_csv import is_nvprof_csv
+    from dnnprof.ingest.nvprof_summary import is_nvprof_summary
 
+    if is_nvprof_summary(head):
+        return "nvprof-summary"
     if is_nvprof_csv(head):
         return "nvprof-csv"
     if (text.startswith((b'"ID"', b"==PROF==", b"==ERROR==", b"==WARNING==")) or b'"Kernel Name"' in head):
@@ -125,6 +129,9 @@ def open_profile(path: str | Path) -> Profile:
         return read_nvprof_csv(p)
     if kind == "run-raw":
         return _assemble_run(p)
+    if kind == "nvprof-summary":
+        raise TraceError(f"{p}: is an nvprof --print-summary CSV, not a timeline trace (record with "
+                         "`nvprof --csv --print-gpu-trace`)")
     raise TraceError(f"{p}: is an Nsight Compute {'report' if kind == 'ncu-rep' else 'CSV'}, not a timeline trace")
 
 
