@@ -34,21 +34,12 @@ def analysed(path: Path, rank: int | None = None) -> tuple[Any, dict[str, Any]]:
 
 
 def run_extras(path: Path) -> dict[str, Any] | None:
-    """What a run directory's summary.json adds to the profile's summary (throughput, samples, memory, overhead,
-    host hotspots, run settings), rebuilt from its files as ``dnnprof run`` built it; None for anything else."""
-    from dnnprof.ingest.assemble import AssembleError
-    from dnnprof.ingest.detect import kind_of
+    """``runs.report.run_extras`` of ``path``, its errors as one line for the user."""
     from dnnprof.ingest.errors import TraceError
-    from dnnprof.ingest.run_files import check_run_dir
-    from dnnprof.runs.finish import run_dir_extras
+    from dnnprof.runs.report import ReportError
+    from dnnprof.runs.report import run_extras as extras_of
 
-    if kind_of(path) not in ("run", "run-raw"):
-        return None
     try:
-        check_run_dir(path)
-        return run_dir_extras(path)
-    except AssembleError as e:
-        raise UserError(f"{path}: {e}") from None
-    except TraceError as e:
+        return extras_of(path)
+    except (TraceError, ReportError) as e:
         raise UserError(str(e)) from None
-

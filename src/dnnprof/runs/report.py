@@ -50,6 +50,27 @@ def report(profile: Profile, rank: int | None = None,
     return analysis, with_findings(analysis, summary_document(analysis, extras))
 
 
+def run_extras(path: Path) -> dict[str, Any] | None:
+    """What a run directory's summary.json adds to the analysis (throughput, samples, memory, overhead, host
+    hotspots, run settings), rebuilt from its files as ``dnnprof run`` built it; None for any other input.
+
+    Raises:
+        dnnprof.ingest.errors.TraceError: one of the run's files is damaged (named, one line).
+        ReportError: the run's collector results cannot be read back.
+    """
+    from dnnprof.ingest.assemble import AssembleError
+    from dnnprof.ingest.run_files import check_run_dir
+    from dnnprof.runs.finish import run_dir_extras
+
+    if kind_of(path) not in ("run", "run-raw"):
+        return None
+    check_run_dir(path)  # the files the run's extras come from, type-checked: a damaged one is one line
+    try:
+        return run_dir_extras(path)
+    except AssembleError as e:
+        raise ReportError(f"{path}: {e}") from None
+
+
 def report_path(path: Path, rank: int | None = None) -> tuple[Analysis, dict[str, Any]]:
     """:func:`report` of anything ``analyze`` reads; a run directory adds what the run measured beside its trace.
 
@@ -57,18 +78,8 @@ def report_path(path: Path, rank: int | None = None) -> tuple[Analysis, dict[str
         dnnprof.ingest.errors.TraceError: the input cannot be read.
         ReportError: no such rank, or the run directory's own files cannot be read.
     """
-    from dnnprof.ingest.assemble import AssembleError
-    from dnnprof.ingest.run_files import check_run_dir
-    from dnnprof.runs.finish import run_dir_extras
-
     profile = open_profile(path)
-    extras = None
-    if kind_of(path) in ("run", "run-raw"):
-        check_run_dir(path)  # the files the run's extras come from, type-checked: a damaged one is one line
-        try:
-            extras = run_dir_extras(path)
-        except AssembleError as e:
-            raise ReportError(str(e)) from None
+    extras = run_extras(path)
     try:
         return report(profile, rank, extras)
     except ReportError as e:
