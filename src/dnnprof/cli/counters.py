@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import typer
 
 from dnnprof.cli.errors import UserError
 from dnnprof.render.safe_text import clean
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SCHEMA = "dnnprof.counters/1"
 
 
 def ncu_summary(path: Path) -> dict[str, Any]:
     """Per-kernel table of an ncu CSV/report: launches grouped by kernel name, time-weighted, longest first."""
+    import numpy as np
+
     from dnnprof.analysis.bounds import aggregate_bounds, compute_bounds
     from dnnprof.analysis.kernel_names import family, short_name, uses_tensor_cores
     from dnnprof.ingest.ncu_csv import NcuFormatError, read_ncu
@@ -67,7 +72,7 @@ def _roofline(metrics: dict[str, np.ndarray], names: np.ndarray, device: str) ->
 
 
 def _r(x: float, digits: int = 2) -> float | None:
-    return None if x is None or not np.isfinite(x) else round(float(x), digits)
+    return None if x is None or not math.isfinite(x) else round(float(x), digits)
 
 
 def report_ncu_file(path: Path, json_out: Path | None, top: int, quiet: bool, html: Path | None = None) -> None:

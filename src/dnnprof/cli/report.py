@@ -6,7 +6,6 @@ import json
 import sys
 from pathlib import Path
 
-import msgspec
 import typer
 
 from dnnprof.cli.errors import UserError
@@ -15,52 +14,6 @@ from dnnprof.render.safe_text import clean
 SWEEP_FILE = "sweep.json"
 #: What ``write_reports`` puts in its folder; a folder holding only these is an earlier report, rewritten.
 REPORT_ENTRIES = frozenset({"report.md", "report.html", "report.json", "plots"})
-
-
-_Num = float | None  # msgspec takes ints for these too
-_Int = int | None
-
-
-class _Point(msgspec.Struct):
-    """A sweep point as far as the report reads it: its place and the numbers it plots (``sweep-1.schema.json``)."""
-
-    batch_size: int
-    precision: str
-    mode: str
-    status: str
-    kind: str
-    throughput_samples_per_s: _Num = None
-    throughput_items_per_s: _Num = None
-    step_time_ms: _Num = None
-    step_time_p90_ms: _Num = None
-    gpu_busy_pct: _Num = None
-    sm_active_pct: _Num = None
-    sm_occupancy_pct: _Num = None
-    tensor_active_pct: _Num = None
-    dram_bw_util_pct: _Num = None
-    tensor_core_pct: _Num = None
-    peak_memory_bytes: _Int = None
-    peak_allocated_bytes: _Int = None
-    peak_reserved_bytes: _Int = None
-    memory_capacity_bytes: _Int = None
-    steps_timed: _Int = None
-    wall_s: _Num = None
-    phases_pct: dict[str, _Num] | None = None
-    top_kernels: list[dict] | None = None  # type: ignore[type-arg]
-    families: list[dict] | None = None  # type: ignore[type-arg]
-
-
-class _MaxBatch(msgspec.Struct):
-    precision: str
-    mode: str
-    batch_size: _Int
-    limited_by: str | None
-
-
-class _Sweep(msgspec.Struct):
-    schema: str
-    points: list[_Point]
-    max_batch_size: list[_MaxBatch] = msgspec.field(default_factory=list)
 
 
 def load_sweep(sweep_dir: Path) -> dict:
@@ -75,9 +28,11 @@ def load_sweep(sweep_dir: Path) -> dict:
         raise UserError(f"{path}: not readable JSON ({e})") from None
     if not isinstance(doc, dict) or doc.get("schema") != "dnnprof.sweep/1":
         raise UserError(f"{path}: not a dnnprof.sweep/1 document")
+    from dnnprof.model.sweep_doc import SweepDocError, check_sweep
+
     try:
-        msgspec.convert(doc, _Sweep)
-    except msgspec.ValidationError as e:  # e.g. "Expected `int`, got `str` - at `$.points[0].batch_size`"
+        check_sweep(doc)
+    except SweepDocError as e:
         raise UserError(f"{path}: not a valid dnnprof.sweep/1 document ({e})") from None
     return doc
 
