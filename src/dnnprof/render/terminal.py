@@ -11,6 +11,7 @@ from rich.text import Text
 
 from dnnprof.model.device import VENDOR_NAMES
 from dnnprof.render.evidence import gain_text, offenders
+from dnnprof.render.fit import columns_to_drop, fit_rows
 from dnnprof.render.safe_text import cell, clean_doc, markup
 from dnnprof.render.units import bytes_text, pct_text, us_text
 
@@ -90,32 +91,57 @@ def _header(doc: dict[str, Any]) -> Panel:
     return Panel(lines, title="dnnprof", expand=False)
 
 
-def _kernels(doc: dict[str, Any], top: int) -> Table:
-    t = Table(title=f"Top kernels (of {len(doc['kernels'])} distinct)", title_justify="left", expand=False)
+def _fitted(title: Any, columns: list[tuple[str, str]], rows: list[list[str]], flexible: dict[int, int],
+            width: int, optional: tuple[int, ...] = (), name_room: int = 0) -> Table:
+    """A table whose number columns keep their full width and whose name columns (index → weight) are cut in the
+    middle to fit ``width`` cells (full names are in --json). On a narrow terminal the ``optional`` columns
+    (least important first) are left out until the names have ``name_room`` cells."""
+    drop = columns_to_drop([c for c, _ in columns], rows, flexible, optional, width, name_room)
+    if drop:
+        keep = [i for i in range(len(columns)) if i not in drop]
+        flexible = {keep.index(i): w for i, w in flexible.items()}
+        columns = [columns[i] for i in keep]
+        rows = [[r[i] for i in keep] for r in rows]
+    header = [c for c, _ in columns]
+    widths, cut = fit_rows(header, rows, flexible, width)
+    t = Table(title=title, title_justify="left", expand=False)
+    for (col, just), w in zip(columns, widths, strict=True):
+        t.add_column(col, justify=just, no_wrap=True, min_width=w, max_width=w,
+                     overflow="ellipsis")
+    for r in cut:
+        _add_row(t, *r)
+    return t
+
+
+def _kernels(doc: dict[str, Any], top: int, width: int) -> Table:
     occ_key = "theoretical_occupancy_pct" if any("theoretical_occupancy_pct" in k for k in doc["kernels"]) \
         else "est_achieved_occupancy_pct"
-    columns = (("Time %", "right", None), ("Total", "right", None), ("Calls", "right", None), ("Avg", "right", None),
-               ("Max", "right", None), ("Family", "left", None), ("TC", "center", None),
-               ("Occ." if occ_key.startswith("theo") else "Est.occ", "right", None), ("Phase", "left", None),
-               ("Layer", "left", 32), ("Kernel", "left", 64))
+    columns = [("Time %", "right"), ("Total", "right"), ("Calls", "right"), ("Avg", "right"), ("Max", "right"),
+               ("Family", "left"), ("TC", "center"), ("Occ." if occ_key.startswith("theo") else "Est.occ", "right"),
+               ("Phase", "left"), ("Layer", "left"), ("Kernel", "left")]
     counters = any(k.get("bound") or k.get("sm_throughput_pct") is not None for k in doc["kernels"])
     if counters:  # Nsight Compute speed of light, for the kernels that have counters
-        columns = (*columns[:8], ("SM %", "right", None), ("Mem %", "right", None), ("Bound", "left", None),
-                   *columns[8:])
-    for col, just, width in columns:
-        t.add_column(col, justify=just, no_wrap=True, overflow="ellipsis", max_width=width)
+        columns = [*columns[:8], ("SM %", "right"), ("Mem %", "right"), ("Bound", "left"), *columns[8:]]
     nvidia = (doc.get("device") or {}).get("vendor") in (None, "", "nvidia")
 
     def tc_mark(k: dict[str, Any]) -> str:  # tensor cores are read from NVIDIA kernel names only
         return ("✓" if k.get("tensor_core") else "") if nvidia else "-"
 
+    rows = []
     for k in doc["kernels"][:top]:
-        cells = [pct_text(k["pct"]), us_text(k["total_us"]), f"{k['calls']:,}", us_text(k["mean_us"]), us_text(k["max_us"]),
-                 k["family"], tc_mark(k), pct_text(k.get(occ_key))]
+        cells = [pct_text(k["pct"]), us_text(k["total_us"]), f"{k['calls']:,}", us_text(k["mean_us"]),
+                 us_text(k["max_us"]), k["family"], tc_mark(k), pct_text(k.get(occ_key))]
         if counters:
-            cells += [pct_text(k.get("sm_throughput_pct")), pct_text(k.get("memory_throughput_pct")), k.get("bound") or "-"]
-        _add_row(t, *cells, k["phase"], k["layer"] or "-", k["short_name"])
-    return t
+            cells += [pct_text(k.get("sm_throughput_pct")), pct_text(k.get("memory_throughput_pct")),
+                      k.get("bound") or "-"]
+        rows.append([*cells, k["phase"], k["layer"] or "-", k["short_name"]])
+    n = len(columns)
+    names = {c: i for i, (c, _) in enumerate(columns)}
+    # Left out first on a narrow terminal: what the JSON and the wider views still show.
+    optional = tuple(names[c] for c in ("Max", "TC", "Bound", "Mem %", "SM %", "Family", "Calls",
+                                                 "Occ.", "Est.occ", "Avg") if c in names)
+    return _fitted(f"Top kernels (of {len(doc['kernels'])} distinct)", columns, rows, {n - 2: 1, n - 1: 2}, width,
+                   optional, name_room=60)
 
 
 def _memory_events(m: dict[str, Any]) -> str:
@@ -132,15 +158,10 @@ def _memory_events(m: dict[str, Any]) -> str:
             f"{m['frees']:,} frees){where}; {per}")
 
 
-def _groups(title: str, rows: list[dict[str, Any]], key: str, top: int, calls_key: str) -> Table:
-    t = Table(title=markup(title), title_justify="left", expand=False)
-    t.add_column("Time %", justify="right")
-    t.add_column("Total", justify="right")
-    t.add_column("Kernels", justify="right")
-    t.add_column("Name", overflow="fold", max_width=70)
-    for r in rows[:top]:
-        _add_row(t, pct_text(r["pct"]), us_text(r["total_us"]), f"{r[calls_key]:,}", r[key])
-    return t
+def _groups(title: str, rows: list[dict[str, Any]], key: str, top: int, calls_key: str, width: int) -> Table:
+    columns = [("Time %", "right"), ("Total", "right"), ("Kernels", "right"), ("Name", "left")]
+    cells = [[pct_text(r["pct"]), us_text(r["total_us"]), f"{r[calls_key]:,}", str(r[key])] for r in rows[:top]]
+    return _fitted(markup(title), columns, cells, {3: 1}, width)
 
 
 def _phases(doc: dict[str, Any]) -> Table:
@@ -164,20 +185,17 @@ def _memcpy(doc: dict[str, Any]) -> Table:
     return t
 
 
-def _host_ops(doc: dict[str, Any], top: int) -> Table:
-    t = Table(title="Top host ops (self time on the CPU)", title_justify="left", expand=False)
-    for col in ("Self %", "Self", "Total", "Calls", "Op"):
-        t.add_column(col, justify="left" if col == "Op" else "right", no_wrap=True, overflow="ellipsis",
-                     max_width=70 if col == "Op" else None)
-    for r in doc["host_ops"][:top]:
-        _add_row(t, pct_text(r["self_pct"]), us_text(r["self_us"]), us_text(r["total_us"]), f"{r['calls']:,}", r["name"])
-    return t
+def _host_ops(doc: dict[str, Any], top: int, width: int) -> Table:
+    columns = [("Self %", "right"), ("Self", "right"), ("Total", "right"), ("Calls", "right"), ("Op", "left")]
+    rows = [[pct_text(r["self_pct"]), us_text(r["self_us"]), us_text(r["total_us"]), f"{r['calls']:,}", r["name"]]
+            for r in doc["host_ops"][:top]]
+    return _fitted("Top host ops (self time on the CPU)", columns, rows, {4: 1}, width)
 
 
 def _findings(doc: dict[str, Any]) -> Table:
     t = Table(title="Findings (ranked by expected gain)", title_justify="left", expand=False, show_lines=True)
-    t.add_column("Severity")
-    t.add_column("Gain", justify="right")
+    t.add_column("Severity", no_wrap=True)
+    t.add_column("Gain", justify="right", no_wrap=True)
     t.add_column("Finding", overflow="fold", max_width=110)
     for f in doc["findings"]:
         body = Text(f"{f['title']}  [{f['id']}]", style="bold")
@@ -247,24 +265,25 @@ def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -
         console = Console()
         if not console.is_terminal:  # pipes and CI logs: no 80-column squeeze
             console.width = max(console.width, 180)
+    width = console.width
     parts: list[Any] = [_header(doc)]
     checks = _checks(doc)
     if checks is not None:
         parts.append(checks)
     if not doc["kernels"] and doc.get("host_ops"):
-        parts.append(_host_ops(doc, top))
+        parts.append(_host_ops(doc, top, width))
     if doc["kernels"]:
-        parts.append(_kernels(doc, top))
+        parts.append(_kernels(doc, top, width))
         if doc.get("layers"):
             parts.append(_groups(f"Top layers ({doc.get('attribution', {}).get('level', '')} level)",
-                                 doc["layers"], "name", top, "kernel_calls"))
+                                 doc["layers"], "name", top, "kernel_calls", width))
         if doc.get("families"):
-            parts.append(_groups("Kernel families", doc["families"], "family", top, "calls"))
+            parts.append(_groups("Kernel families", doc["families"], "family", top, "calls", width))
         parts.append(_phases(doc))
     if doc["memcpy"]:
         parts.append(_memcpy(doc))
     if doc["kernels"] and doc.get("host_ops"):
-        parts.append(_host_ops(doc, min(top, 8)))
+        parts.append(_host_ops(doc, min(top, 8), width))
     if doc.get("roofline"):
         from dnnprof.render.counters_table import roofline_line
 
