@@ -25,6 +25,7 @@ COMMANDS = [
     "sweep",
     "report",
     "counters",
+    "monitor",
 ]
 
 app = typer.Typer(

@@ -29,6 +29,27 @@ GPM_METRICS: dict[int, str] = {
     21: "pcie_rx_mib_per_s",
 }
 
+#: GPM link metrics the live monitor reads beside :data:`GPM_METRICS` (MiB/s over all NVLinks).
+GPM_LINK_METRICS: dict[int, str] = {
+    60: "nvlink_rx_mib_per_s",
+    61: "nvlink_tx_mib_per_s",
+}
+
+#: nvml.h ``nvmlClocksEventReason*`` (formerly ``nvmlClocksThrottleReason*``) bits → short words.
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x1: "idle",
+    0x2: "application clocks",
+    0x4: "power cap",
+    0x8: "hw slowdown",
+    0x10: "sync boost",
+    0x20: "sw thermal",
+    0x40: "hw thermal",
+    0x80: "power brake",
+    0x100: "display clocks",
+    0x200: "board limit",
+    0x400: "reliability",
+}
+
 #: Plain NVML readings taken on every sample, with the nvidia-smi field each matches.
 BASIC_METRICS: dict[str, str] = {
     "gpu_util_pct": "utilization.gpu (time a kernel was running, not how much of the GPU it used)",
@@ -204,6 +225,31 @@ class Nvml:
         if temp is not None:
             out["temperature_c"] = float(temp)
         return out
+
+    def clock_event_reasons(self, device: int, h: Any) -> tuple[str, ...] | None:
+        """Why the clocks are below their maximum now (:data:`CLOCK_EVENT_REASONS` words); None when NVML cannot
+        say. Newer drivers name the call ``ClocksEvent``, older ``ClocksThrottle``."""
+        mask = self.query("nvmlDeviceGetCurrentClocksEventReasons", h, key=(device, "clock_events"))
+        if mask is None:
+            mask = self.query("nvmlDeviceGetCurrentClocksThrottleReasons", h, key=(device, "clock_throttle"))
+        if mask is None:
+            return None
+        return tuple(word for bit, word in CLOCK_EVENT_REASONS.items() if int(mask) & bit)
+
+    def processes(self, device: int, h: Any) -> list[tuple[int, float | None]]:
+        """``(pid, used GPU memory bytes or None)`` of the compute and graphics processes on a device. NVML lists
+        other users' processes too; without root their memory may be unknown (None), which is not an error."""
+        seen: dict[int, float | None] = {}
+        for fn, key in (("nvmlDeviceGetComputeRunningProcesses", "procs_compute"),
+                        ("nvmlDeviceGetGraphicsRunningProcesses", "procs_graphics")):
+            for p in self.query(fn, h, key=(device, key)) or ():
+                pid = int(getattr(p, "pid", -1))
+                used = getattr(p, "usedGpuMemory", None)
+                # NVML_VALUE_NOT_AVAILABLE is (unsigned long long)-1; pynvml turns it into None, older ones may not
+                mem = float(used) if used is not None and 0 <= int(used) < (1 << 63) else None
+                if pid >= 0 and (pid not in seen or seen[pid] is None):
+                    seen[pid] = mem
+        return sorted(seen.items())
 
     # --- GPM (Hopper and later) ----------------------------------------------------------------------------
     def gpm_support(self, h: Any) -> GpmSupport:

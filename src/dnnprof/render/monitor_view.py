@@ -1,0 +1,185 @@
+"""``dnnprof monitor`` on the terminal: one panel per GPU for the live view, and the end-of-run summary.
+
+Everything here is drawn from frames, verdicts and summaries computed elsewhere; nothing is measured or judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from dnnprof.model.gpu_samples import METRICS, GpuFrame, GpuInfo
+from dnnprof.render.safe_text import clean
+from dnnprof.render.units import bytes_text, pct_text
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from dnnprof.analysis.live_summary import GpuSummary
+    from dnnprof.analysis.live_verdicts import Verdict
+
+#: Rows of the live table: percentages first (with sparklines on a 0–100 scale), then link rates.
+LIVE_PCT_ROWS = ("gpu_util_pct", "sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_bw_util_pct",
+                 "fp16_active_pct", "fp32_active_pct", "fp64_active_pct")
+LIVE_RATE_ROWS = ("pcie_tx_mib_per_s", "pcie_rx_mib_per_s", "nvlink_tx_mib_per_s", "nvlink_rx_mib_per_s")
+GPM_ONLY = frozenset(LIVE_PCT_ROWS[1:] + LIVE_RATE_ROWS)
+SPARK_WIDTH = 40
+SPARK_WINDOW_S = 60.0
+_BLOCKS = "▁▂▃▄▅▆▇█"
+LABELS = {name: label for name, label, _ in METRICS}
+
+
+def metric_text(name: str, v: float | None) -> str:
+    """A metric value with its unit, scaled for reading (the unit is the column name's suffix)."""
+    if v is None:
+        return "-"
+    if name.endswith("_pct"):
+        return pct_text(v)
+    if name.endswith("_mib_per_s"):
+        return bytes_text(v * 1024 * 1024) + "/s"
+    if name.endswith("_bytes"):
+        return bytes_text(v)
+    if name.endswith("_w"):
+        return f"{v:,.0f} W"
+    if name.endswith("_mhz"):
+        return f"{v:,.0f} MHz"
+    if name.endswith("_c"):
+        return f"{v:.0f} °C"
+    return f"{v:,.3g}"
+
+
+def sparkline(points: Sequence[tuple[float, float | None]], end_s: float, *, width: int = SPARK_WIDTH,
+              window_s: float = SPARK_WINDOW_S, top: float | None = 100.0) -> str:
+    """``(t_s, value)`` points of the last ``window_s`` before ``end_s`` as ``width`` block characters, one per
+    time bucket (mean of its points; blank where none). ``top`` fixes the scale (None: the window's maximum)."""
+    start = end_s - window_s
+    sums = [0.0] * width
+    counts = [0] * width
+    for t, v in points:
+        if v is None or t <= start or t > end_s:
+            continue
+        i = min(width - 1, int((t - start) / window_s * width))
+        sums[i] += v
+        counts[i] += 1
+    means = [s / c if c else None for s, c in zip(sums, counts, strict=True)]
+    hi = top if top is not None else max((m for m in means if m is not None), default=0.0)
+    out = []
+    for m in means:
+        if m is None:
+            out.append(" ")
+        elif hi <= 0:
+            out.append(_BLOCKS[0])
+        else:
+            out.append(_BLOCKS[max(0, min(len(_BLOCKS) - 1, int(m / hi * (len(_BLOCKS) - 1) + 0.5)))])
+    return "".join(out)
+
+
+def _points(history: Sequence[GpuFrame], name: str) -> list[tuple[float, float | None]]:
+    return [(f.t_s, f.values.get(name)) for f in history]
+
+
+def _mean(history: Sequence[GpuFrame], name: str) -> float | None:
+    vals = [v for f in history if (v := f.values.get(name)) is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def gpu_panel(info: GpuInfo, history: Sequence[GpuFrame], verdict: Verdict | None) -> RenderableType:
+    """One GPU: the metrics now, their last minute as a sparkline and its mean, the device's state, the
+    processes on it, and what the numbers mean."""
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    now = history[-1] if history else None
+    values = now.values if now else {}
+    end = now.t_s if now else 0.0
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
+    table.add_column("metric", min_width=12)
+    table.add_column("now", justify="right", min_width=11)
+    table.add_column(f"last {SPARK_WINDOW_S:.0f} s", min_width=SPARK_WIDTH, no_wrap=True)
+    table.add_column("mean", justify="right", min_width=11)
+    for name in LIVE_PCT_ROWS + LIVE_RATE_ROWS:
+        if name in GPM_ONLY and not info.gpm_supported:
+            continue
+        top = 100.0 if name.endswith("_pct") else None
+        table.add_row(LABELS[name], metric_text(name, values.get(name)),
+                      Text(sparkline(_points(history, name), end, top=top), style="cyan"),
+                      metric_text(name, _mean(history, name)))
+    lines: list[RenderableType] = [table]
+    state = (f"memory {metric_text('memory_used_bytes', values.get('memory_used_bytes'))} / "
+             f"{metric_text('memory_total_bytes', values.get('memory_total_bytes', info.memory_total_bytes))}"
+             f" · power {metric_text('power_w', values.get('power_w'))}"
+             f" · clocks SM {metric_text('sm_clock_mhz', values.get('sm_clock_mhz'))}, "
+             f"memory {metric_text('mem_clock_mhz', values.get('mem_clock_mhz'))}"
+             f" · {metric_text('temperature_c', values.get('temperature_c'))}")
+    lines.append(Text(state))
+    reasons = now.throttle_reasons if now else ()
+    lines.append(Text("clock reasons: " + (", ".join(reasons) if reasons else "none")))
+    procs = now.processes if now else ()
+    if procs:
+        ptable = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+        for col, just in (("pid", "right"), ("process", "left"), ("user", "left"), ("GPU memory", "right")):
+            ptable.add_column(col, justify=just)  # type: ignore[arg-type]
+        for p in procs:
+            ptable.add_row(str(p.pid), clean(p.name), clean(p.user),
+                           bytes_text(p.used_memory_bytes) if p.used_memory_bytes is not None else "not shown")
+        lines.append(ptable)
+    else:
+        lines.append(Text("processes: none"))
+    if not info.gpm_supported:
+        lines.append(Text(f"note: no GPM ({clean(info.gpm_reason) or 'not available'}): only NVML fields; "
+                          "GPU-Util says a kernel ran, not how much of the GPU it used", style="yellow"))
+    if verdict is not None:
+        words = verdict.words + (f"; clocks held down: {', '.join(verdict.slowdowns)}" if verdict.slowdowns else "")
+        lines.append(Text("⇒ " + words, style="bold"))
+    title = f"GPU {info.index} · {clean(info.name)}"
+    return Panel(Group(*lines), title=title, title_align="left", expand=False)
+
+
+def live_view(infos: Sequence[GpuInfo], histories: Mapping[int, Sequence[GpuFrame]],
+              verdicts: Mapping[int, Verdict | None], footer: str = "") -> RenderableType:
+    """Every monitored GPU's panel, then a footer line (what is recorded, how to stop)."""
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list[RenderableType] = [gpu_panel(i, histories.get(i.index, ()), verdicts.get(i.index))
+                                   for i in infos]
+    if footer:
+        parts.append(Text(footer, style="dim"))
+    return Group(*parts)
+
+
+def summary_view(summaries: Sequence[GpuSummary], infos: Mapping[int, GpuInfo], *, header: str = "",
+                 metrics: Sequence[str] = tuple(m[0] for m in METRICS)) -> RenderableType:
+    """One screen: per GPU a mean / p95 table of every recorded metric, then GPU-Util against SM active."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[RenderableType] = []
+    if header:
+        parts.append(Text(header))
+    for s in summaries:
+        info = infos.get(s.gpu)
+        name = clean(info.name) if info else "?"
+        t = Table(title=f"GPU {s.gpu} · {name} · {s.samples} samples over {s.duration_s:.1f} s",
+                  title_justify="left", header_style="bold")
+        t.add_column("metric")
+        t.add_column("mean", justify="right")
+        t.add_column("p95", justify="right")
+        for m in metrics:
+            st = s.get(m)
+            if st is not None and m != "memory_total_bytes":
+                t.add_row(LABELS.get(m, m), metric_text(m, st.mean), metric_text(m, st.p95))
+        parts.append(t)
+        util, sm = s.get("gpu_util_pct"), s.get("sm_active_pct")
+        if util is not None and sm is not None:
+            parts.append(Text(f"GPU {s.gpu}: GPU-Util said {util.mean:.0f} %, SMs were actually {sm.mean:.1f} % "
+                              "active", style="bold"))
+        elif util is not None:
+            parts.append(Text(f"GPU {s.gpu}: GPU-Util said {util.mean:.0f} %; no GPM on this GPU, so how many SMs "
+                              "were active is unknown", style="bold"))
+    if not summaries:
+        parts.append(Text("no samples were recorded"))
+    return Group(*parts)
