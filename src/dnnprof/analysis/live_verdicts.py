@@ -50,7 +50,7 @@ class LiveRule:
 RULES: tuple[LiveRule, ...] = (
     LiveRule("idle", (("gpu_util_pct", "<", IDLE_GPU_UTIL_PCT),), "idle: no kernel is running"),
     LiveRule("few_sms_busy", (("gpu_util_pct", ">=", BUSY_GPU_UTIL_PCT), ("sm_active_pct", "<", FEW_SMS_PCT)),
-             "busy but mostly idle SMs: small kernels or one-block spins (GPU-Util counts time, not SMs)"),
+             "busy but mostly idle SMs: small kernels or one-block spins"),
     LiveRule("tensor_busy", (("tensor_active_pct", ">=", TENSOR_BUSY_PCT),),
              "tensor cores busy: matmul-bound, good use (low occupancy is normal here)"),
     LiveRule("dram_bound", (("dram_bw_util_pct", ">=", DRAM_BUSY_PCT),),

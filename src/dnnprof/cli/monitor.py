@@ -208,7 +208,7 @@ def monitor(opts: MonitorOptions, backend: GpuBackend, console: Console, *,
         if opts.record is not None:
             st.table.write(opts.record)
         if opts.record is not None or proc is not None:
-            what = f"`{' '.join(opts.command)}` exited {rc}" if proc is not None else "monitoring stopped"
+            what = f"the command exited {rc}" if proc is not None else "monitoring stopped"
             header = f"{what}; samples " + (f"written to {opts.record}" if opts.record else "not written (no --record)")
             console.print(summary_view(summarize(st.table.columns, METRIC_NAMES), {i.index: i for i in st.infos},
                                        header=header))

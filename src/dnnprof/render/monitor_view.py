@@ -131,8 +131,9 @@ def gpu_panel(info: GpuInfo, history: Sequence[GpuFrame], verdict: Verdict | Non
         lines.append(Text(f"note: no GPM ({clean(info.gpm_reason) or 'not available'}): only NVML fields; "
                           "GPU-Util says a kernel ran, not how much of the GPU it used", style="yellow"))
     if verdict is not None:
-        words = verdict.words + (f"; clocks held down: {', '.join(verdict.slowdowns)}" if verdict.slowdowns else "")
-        lines.append(Text("⇒ " + words, style="bold"))
+        lines.append(Text("⇒ " + verdict.words, style="bold"))
+        if verdict.slowdowns:
+            lines.append(Text(f"⇒ clocks held down: {', '.join(verdict.slowdowns)}", style="bold"))
     title = f"GPU {info.index} · {clean(info.name)}"
     return Panel(Group(*lines), title=title, title_align="left", expand=False)
 
@@ -152,7 +153,9 @@ def live_view(infos: Sequence[GpuInfo], histories: Mapping[int, Sequence[GpuFram
 
 def summary_view(summaries: Sequence[GpuSummary], infos: Mapping[int, GpuInfo], *, header: str = "",
                  metrics: Sequence[str] = tuple(m[0] for m in METRICS)) -> RenderableType:
-    """One screen: per GPU a mean / p95 table of every recorded metric, then GPU-Util against SM active."""
+    """One screen: a table of every recorded metric (rows) with each GPU's mean and p95 (columns), then per GPU
+    what GPU-Util said against how active the SMs were."""
+    from rich import box
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -160,19 +163,28 @@ def summary_view(summaries: Sequence[GpuSummary], infos: Mapping[int, GpuInfo], 
     parts: list[RenderableType] = []
     if header:
         parts.append(Text(header))
+    if not summaries:
+        parts.append(Text("no samples were recorded"))
+        return Group(*parts)
     for s in summaries:
         info = infos.get(s.gpu)
-        name = clean(info.name) if info else "?"
-        t = Table(title=f"GPU {s.gpu} · {name} · {s.samples} samples over {s.duration_s:.1f} s",
-                  title_justify="left", header_style="bold")
-        t.add_column("metric")
-        t.add_column("mean", justify="right")
-        t.add_column("p95", justify="right")
-        for m in metrics:
-            st = s.get(m)
-            if st is not None and m != "memory_total_bytes":
-                t.add_row(LABELS.get(m, m), metric_text(m, st.mean), metric_text(m, st.p95))
-        parts.append(t)
+        parts.append(Text(f"GPU {s.gpu}: {clean(info.name) if info else '?'}, {s.samples} samples over "
+                          f"{s.duration_s:.1f} s"))
+    t = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    t.add_column("metric")
+    for s in summaries:
+        t.add_column(f"GPU {s.gpu} mean", justify="right")
+        t.add_column(f"GPU {s.gpu} p95", justify="right")
+    for m in metrics:
+        got = [s.get(m) for s in summaries]
+        if m == "memory_total_bytes" or all(g is None for g in got):
+            continue
+        row = [LABELS.get(m, m)]
+        for g in got:
+            row += [metric_text(m, g.mean if g else None), metric_text(m, g.p95 if g else None)]
+        t.add_row(*row)
+    parts.append(t)
+    for s in summaries:
         util, sm = s.get("gpu_util_pct"), s.get("sm_active_pct")
         if util is not None and sm is not None:
             parts.append(Text(f"GPU {s.gpu}: GPU-Util said {util.mean:.0f} %, SMs were actually {sm.mean:.1f} % "
@@ -180,6 +192,4 @@ def summary_view(summaries: Sequence[GpuSummary], infos: Mapping[int, GpuInfo], 
         elif util is not None:
             parts.append(Text(f"GPU {s.gpu}: GPU-Util said {util.mean:.0f} %; no GPM on this GPU, so how many SMs "
                               "were active is unknown", style="bold"))
-    if not summaries:
-        parts.append(Text("no samples were recorded"))
     return Group(*parts)
