@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from dnnprof.model.gpu_samples import METRICS, GpuFrame, GpuInfo
+from dnnprof.model.gpu_samples import METRIC_NAMES, METRICS, GpuFrame, GpuInfo
 from dnnprof.render.safe_text import clean
 from dnnprof.render.units import bytes_text, pct_text
 
@@ -152,7 +152,7 @@ def live_view(infos: Sequence[GpuInfo], histories: Mapping[int, Sequence[GpuFram
 
 
 def summary_view(summaries: Sequence[GpuSummary], infos: Mapping[int, GpuInfo], *, header: str = "",
-                 metrics: Sequence[str] = tuple(m[0] for m in METRICS)) -> RenderableType:
+                 metrics: Sequence[str] = METRIC_NAMES) -> RenderableType:
     """One screen: a table of every recorded metric (rows) with each GPU's mean and p95 (columns), then per GPU
     what GPU-Util said against how active the SMs were."""
     from rich import box
