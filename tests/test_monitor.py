@@ -295,3 +295,15 @@ def test_nvml_backend_reads_gpm_from_the_second_read_and_other_users_processes(t
     assert (other.pid, other.used_memory_bytes, other.name, other.user) == (999_999_999, None, "?", "?")
     b.close()
     assert b.nvml.lib.freed == 2
+
+
+def test_process_and_gpu_names_show_literally() -> None:
+    """Names come from other people's processes: rich markup and terminal escapes show as text."""
+    from dnnprof.model.gpu_samples import GpuInfo
+    from fake_gpu import FakeGpu
+
+    gpu = FakeGpu(GpuInfo(0, "[bold]H200[/]", gpm_supported=True),
+                  processes=(ProcessUse(1, 1.0, "[/]evil\x1b[2J", "[red]bob"),))
+    rc, out = _run(MonitorOptions(duration_s=1.0), FakeGpuBackend([gpu]))
+    assert rc == 0
+    assert "GPU 0 · [bold]H200[/]" in out and "[/]evil" in out and "[red]bob" in out and "\x1b" not in out

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dnnprof.model.gpu_samples import METRIC_NAMES, METRICS, GpuFrame, GpuInfo
-from dnnprof.render.safe_text import clean
+from dnnprof.render.safe_text import cell, clean, markup
 from dnnprof.render.units import bytes_text, pct_text
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def gpu_panel(info: GpuInfo, history: Sequence[GpuFrame], verdict: Verdict | Non
         for col, just in (("pid", "right"), ("process", "left"), ("user", "left"), ("GPU memory", "right")):
             ptable.add_column(col, justify=just)  # type: ignore[arg-type]
         for p in procs:
-            ptable.add_row(str(p.pid), clean(p.name), clean(p.user),
+            ptable.add_row(str(p.pid), cell(p.name), cell(p.user),
                            bytes_text(p.used_memory_bytes) if p.used_memory_bytes is not None else "not shown")
         lines.append(ptable)
     else:
@@ -134,7 +134,7 @@ def gpu_panel(info: GpuInfo, history: Sequence[GpuFrame], verdict: Verdict | Non
         lines.append(Text("⇒ " + verdict.words, style="bold"))
         if verdict.slowdowns:
             lines.append(Text(f"⇒ clocks held down: {', '.join(verdict.slowdowns)}", style="bold"))
-    title = f"GPU {info.index} · {clean(info.name)}"
+    title = f"GPU {info.index} · {markup(info.name)}"
     return Panel(Group(*lines), title=title, title_align="left", expand=False)
 
 
