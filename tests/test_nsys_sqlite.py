@@ -263,3 +263,55 @@ def test_memcpy_kinds_follow_the_exports_enum(tmp_path: Path) -> None:
     m = read_nsys_sqlite(db).tables["memcpy"]
     assert MEMCPY_KINDS[int(m["kind"][0])] == "HtoD" and m["bytes"].tolist() == [256]
     assert m["src_mem"].tolist() == [3] and m["dst_mem"].tolist() == [1]  # pinned, device in MEMORY_KINDS
+
+
+def _add_gpu_metrics(path: Path, *, lie: bool = False, period_ns: int = 20_000) -> None:
+    """``nsys profile --gpu-metrics-devices=0`` tables (nsys 2024 schema): GR Active, SMs Active and one metric
+    dnnprof has no name for, each sample the share of its period the fixture's kernels ran (integer %, as nsys
+    stores them); ``lie``: GR Active says 100 % throughout."""
+    con = sqlite3.connect(path)
+    x = con.execute
+    x("CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER NOT NULL, sourceId INTEGER NOT NULL, "
+      "typeName TEXT NOT NULL, metricId INTEGER NOT NULL, metricName TEXT NOT NULL)")
+    x("CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER NOT NULL, metricId INTEGER NOT NULL, "
+      "value INTEGER NOT NULL)")
+    names = {0: "GR Active [Throughput %]", 1: "SMs Active [Throughput %]", 2: "PCIe Read Throughput [Throughput %]"}
+    for m, n in names.items():
+        x("INSERT INTO TARGET_INFO_GPU_METRICS VALUES (65536, 0, 'GH100', ?, ?)", (m, n))
+    kernels = con.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+    for ts in range(period_ns, 4_200_000, period_ns):
+        lo = ts - period_ns
+        cov = sum(max(0, min(e, ts) - max(s, lo)) for s, e in kernels) / period_ns
+        for m in names:
+            v = 100 if (lie and m == 0) else (round(100 * cov) if m < 2 else 3)
+            x("INSERT INTO GPU_METRICS VALUES (?, 65536, ?, ?)", (ts, m, v))
+    con.commit()
+    con.close()
+
+
+def test_gpu_metrics_are_read_as_samples_and_checked_against_the_trace(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    path = _fixture(tmp_path / "report3.sqlite")
+    _add_gpu_metrics(path)
+    p = read_nsys_sqlite(path)
+    s = p.tables["samples"]
+    names = set(p.names(s["metric_id"]).astype(str))
+    assert names == {"gr_engine_active_pct", "sm_active_pct", "nsys:PCIe Read Throughput [Throughput %]"}
+    assert s["ts_ns"].size == 3 * 209 and (np.diff(s["ts_ns"]) >= 0).all() and set(s["device"]) == {0}
+    assert p.meta["sample_spans_ns"]["sm_active_pct"] == 20_000
+    rc, doc, _ = _analyze(path, tmp_path, capsys)
+    assert rc == 0
+    check = next(c for c in doc["checks"] if c["id"] == "busy-vs-nvml")
+    assert check["ok"], check
+    assert "nsys GPU metrics graphics engine active" in check["detail"]
+    assert "nsys GPU metrics SM active" in check["detail"]
+
+
+def test_gpu_metrics_that_disagree_with_the_trace_break_the_check(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    path = _fixture(tmp_path / "report4.sqlite")
+    _add_gpu_metrics(path, lie=True)
+    rc, doc, _ = _analyze(path, tmp_path, capsys)
+    assert rc == 0
+    check = next(c for c in doc["checks"] if c["id"] == "busy-vs-nvml")
+    assert not check["ok"] and "differs by" in check["detail"], check

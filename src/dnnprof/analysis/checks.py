@@ -280,8 +280,13 @@ def busy_vs_nvml(a: Analysis) -> Check:
         trace = covered_per_window(act_s, act_e, t0, t1) / (t1 - t0)
         return float(s["value"][sel].mean()), 100.0 * float(trace.mean()), int(t1.size)
 
-    ref = next(((label, m) for metric, label, span in _BUSY_METRICS if (m := mean(metric, span)) is not None), None)
-    sm = mean(_SM_ACTIVE, _GPM_SPAN_NS)
+    # An export that says how long its samples average over (nsys GPU metrics: the sampling period) is taken at
+    # its word; NVML/GPM samples from a dnnprof run use the periods above.
+    spans = a.profile.meta.get("sample_spans_ns") or {}
+    ref = next(((label.replace("GPM", "nsys GPU metrics") if metric in spans else label, m)
+                for metric, label, span in _BUSY_METRICS
+                if (m := mean(metric, int(spans.get(metric, span)))) is not None), None)
+    sm = mean(_SM_ACTIVE, int(spans.get(_SM_ACTIVE, _GPM_SPAN_NS)))
     if ref is None and sm is None:
         return Check("busy-vs-nvml", True,
                      f"not compared: no NVML/GPM sample's period lies inside the profiled steps "
@@ -296,7 +301,8 @@ def busy_vs_nvml(a: Analysis) -> Check:
             problems.append(f"{label} differs by {abs(busy - value):.1f} points")
     if sm is not None:
         value, busy, n = sm
-        parts.append(f"GPM SM active {value:.1f}% against trace busy {busy:.1f}%")
+        source = "nsys GPU metrics" if _SM_ACTIVE in spans else "GPM"
+        parts.append(f"{source} SM active {value:.1f}% against trace busy {busy:.1f}%")
         if value > busy + NVML_MAX_DIFF_PCT:  # SMs cannot be active while no kernel runs
             problems.append(f"SM active exceeds busy by {value - busy:.1f} points")
     text = f"trace busy {u.busy_pct:.1f}% over the steps; " + ", ".join(parts)

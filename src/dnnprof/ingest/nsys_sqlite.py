@@ -68,6 +68,14 @@ _API_VERSION = re.compile(r"_v\d+$")
 #: PyTorch ``emit_nvtx`` range names: ``aten::addmm, seq = 12, op_id = 5, sizes = [[2, 3]]``.
 _EMIT_NVTX = re.compile(r"^(?P<op>[^,]+), (?:seq = (?P<seq>\d+)|op_id = |sizes = )")
 _STEP_NUMBER = re.compile(r"#\d+$")
+#: ``GPU_METRICS`` names (``nsys profile --gpu-metrics-devices``; the unit in brackets dropped) → dnnprof's sample
+#: names, where the quantity is the one NVML/GPM gives under that name; any other metric keeps its own name, as
+#: ``nsys:<name> [<unit>]``.
+_GPU_METRIC_NAMES = {"sms active": "sm_active_pct", "sm active": "sm_active_pct",
+                     "tensor active": "tensor_active_pct", "compute warps in flight": "sm_occupancy_pct",
+                     "gr active": "gr_engine_active_pct", "dram read bandwidth": "dram_read_pct",
+                     "dram write bandwidth": "dram_write_pct", "sm issue": "sm_issue_pct"}
+_METRIC_UNIT = re.compile(r"\s*\[(?P<unit>[^\]]*)\]\s*$")
 
 
 class _Db:
@@ -182,8 +190,67 @@ def _read(db: _Db, rank: int) -> Profile:
         "distributed": {}, "ranks": [rank], "device_vendor": "nvidia",
         "event_counts": dict(sorted(counts.items())),
     })
+    spans = _gpu_metrics(db, profile, rank)
+    if spans:
+        profile.meta["sample_spans_ns"] = spans
+        profile.meta["event_counts"]["samples"] = profile.rows("samples")
     _nvtx_steps(profile, rank)
     return profile
+
+
+def _gpu_metric_name(raw: str) -> str:
+    m = _METRIC_UNIT.search(raw)
+    base = raw[:m.start()] if m else raw
+    unit = m.group("unit") if m else ""
+    known = _GPU_METRIC_NAMES.get(base.strip().lower())
+    if known and "%" in unit:
+        return known
+    return f"nsys:{raw.strip()}"
+
+
+def _gpu_metrics(db: _Db, profile: Profile, rank: int) -> dict[str, int]:
+    """``GPU_METRICS`` samples (nsys ``--gpu-metrics-devices``) into ``samples``, on the export's own clock.
+
+    Each value is the metric averaged over the sampling period that ends at its time stamp; the period (the median
+    distance between a metric's samples) is returned per metric, for the checks that compare samples with the
+    trace. The GPU is the low byte of ``typeId`` (one metric set per GPU); with a single GPU in the export it is
+    that GPU.
+    """
+    if not {"GPU_METRICS", "TARGET_INFO_GPU_METRICS"} <= db.tables or not {"timestamp", "typeId", "metricId",
+                                                                           "value"} <= db.cols("GPU_METRICS"):
+        return {}
+    names = {int(m): str(n) for m, n in db.con.execute(
+        "SELECT DISTINCT metricId, metricName FROM TARGET_INFO_GPU_METRICS") if m is not None and n is not None}
+    rows = db.con.execute("SELECT timestamp, typeId, metricId, value FROM GPU_METRICS WHERE timestamp >= 0 "
+                          "ORDER BY metricId, typeId, timestamp").fetchall()
+    if not rows or not names:
+        return {}
+    ts, type_id, metric, value = (np.asarray(c) for c in zip(*rows, strict=True))
+    keep = np.isin(metric, list(names))
+    ts, type_id, metric = ts[keep].astype(np.int64), type_id[keep].astype(np.int64), metric[keep].astype(np.int64)
+    value = value[keep].astype(np.float64)
+    device = (type_id & 0xFF).astype(np.int16)
+    only = [d.id for d in profile.devices]
+    if np.unique(device).size == 1 and len(only) == 1:
+        device[:] = only[0]
+    label = {m: _gpu_metric_name(n) for m, n in names.items()}
+    ids = {m: profile.intern(label[m]) for m in names}
+    t = empty_table("samples", ts.size)
+    t["rank"][:] = rank
+    t["device"][:] = device
+    t["ts_ns"][:] = ts
+    t["metric_id"][:] = np.array([ids[int(m)] for m in metric], dtype=np.int32)
+    t["value"][:] = value
+    order = np.argsort(ts, kind="stable")
+    profile.tables["samples"] = {k: v[order] for k, v in t.items()}
+    spans: dict[str, int] = {}
+    for m in np.unique(metric):
+        sel = metric == m
+        d = np.diff(ts[sel])
+        d = d[d > 0]
+        if d.size:
+            spans[label[int(m)]] = int(np.median(d))
+    return spans
 
 
 def _scalar(db: _Db, table: str, col: str) -> Any:
