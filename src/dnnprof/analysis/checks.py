@@ -30,6 +30,7 @@ import numpy as np
 
 from dnnprof.analysis.attribution import PHASES
 from dnnprof.analysis.intervals import covered_per_window, merge
+from dnnprof.model.units import ns_text
 
 if TYPE_CHECKING:
     from dnnprof.analysis.summary import Analysis
@@ -77,10 +78,6 @@ class Check:
         return {"id": self.id, "ok": self.ok, "detail": self.detail, "affects": list(self.affects)}
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.2f} ms" if abs(ns) >= 1e5 else f"{ns / 1e3:,.1f} µs"
-
-
 def _listed(items: list[str], n: int = 3) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
@@ -107,7 +104,7 @@ def step_durations(a: Analysis) -> Check:
     bad = np.flatnonzero(dur <= 0)
     if bad.size == 0:
         return Check("step-durations", True, f"{sel.size} step{'s' if sel.size != 1 else ''}, each with a positive host duration", keys)
-    named = [f"step {int(st['number'][sel[i]])}: {_ms(float(dur[i]))}" for i in bad]
+    named = [f"step {int(st['number'][sel[i]])}: {ns_text(float(dur[i]))}" for i in bad]
     return Check("step-durations", False, f"{bad.size} of {sel.size} steps have a host duration ≤ 0 "
                                           f"({_listed(named)})", keys)
 
@@ -136,15 +133,15 @@ def step_windows(a: Analysis) -> Check:
     problems = []
     empty = np.flatnonzero(hi <= lo)
     if empty.size:
-        problems.append(f"{empty.size} not positive ({_listed([f'step {num[i]}: {_ms(hi[i] - lo[i])}' for i in empty])})")
+        problems.append(f"{empty.size} not positive ({_listed([f'step {num[i]}: {ns_text(hi[i] - lo[i])}' for i in empty])})")
     over = np.flatnonzero(hi[:-1] > lo[1:])
     if over.size:
-        problems.append(f"{over.size} overlap the next ({_listed([f'step {num[i]} ends {_ms(hi[i] - lo[i + 1])} after step {num[i + 1]} starts' for i in over])})")
+        problems.append(f"{over.size} overlap the next ({_listed([f'step {num[i]} ends {ns_text(hi[i] - lo[i + 1])} after step {num[i + 1]} starts' for i in over])})")
     outside = np.flatnonzero((lo < span[0]) | (hi > span[1]))
     if outside.size:
         problems.append(f"{outside.size} reach outside the GPU span ({_listed([f'step {num[i]}' for i in outside])})")
     total = int(np.maximum(hi - lo, 0).sum())
-    sums = f"windows add up to {_ms(total)} for a GPU span of {_ms(span[1] - span[0])}"
+    sums = f"windows add up to {ns_text(total)} for a GPU span of {ns_text(span[1] - span[0])}"
     if not problems:
         return Check("step-windows", True, f"{order.size} windows, positive, disjoint and inside the GPU span; "
                                            f"{sums}", keys)
@@ -167,13 +164,13 @@ def kernel_totals(a: Analysis, doc: dict[str, Any]) -> Check:
     counted = a.utilization.total("kernel_ns")
     problems = []
     if listed != raw:
-        problems.append(f"the kernel table adds up to {_ms(listed)} but the trace's kernels run {_ms(raw)}")
+        problems.append(f"the kernel table adds up to {ns_text(listed)} but the trace's kernels run {ns_text(raw)}")
     if counted > own:
-        problems.append(f"the step windows count {_ms(counted)} of kernel time on GPU {a.utilization.device}, more "
-                        f"than its kernels' own {_ms(own)} (windows count some kernels twice)")
+        problems.append(f"the step windows count {ns_text(counted)} of kernel time on GPU {a.utilization.device}, more "
+                        f"than its kernels' own {ns_text(own)} (windows count some kernels twice)")
     has_steps = bool((a.profile.tables["steps"]["rank"] == a.rank).any())
-    split = f"{_ms(in_steps)} in steps + {_ms(raw - in_steps)} outside = {_ms(raw)}" if has_steps else \
-        f"{_ms(raw)} in all"
+    split = f"{ns_text(in_steps)} in steps + {ns_text(raw - in_steps)} outside = {ns_text(raw)}" if has_steps else \
+        f"{ns_text(raw)} in all"
     if problems:
         return Check("kernel-totals", False, f"{'; '.join(problems)} ({split})", keys)
     return Check("kernel-totals", True, f"kernel time {split}", keys)
@@ -186,9 +183,9 @@ def phases_sum(a: Analysis, doc: dict[str, Any]) -> Check:
     ph = doc.get("phases") or {}
     total_us = float(sum(ph.get(f"{p}_us", 0.0) for p in PHASES))
     tolerance = 0.001 * (len(PHASES) + 1) + 1e-9 * raw_us  # each phase is rounded to 1 ns
-    parts = " + ".join(f"{p} {_ms(ph.get(f'{p}_us', 0.0) * 1e3)}" for p in PHASES)
+    parts = " + ".join(f"{p} {ns_text(ph.get(f'{p}_us', 0.0) * 1e3)}" for p in PHASES)
     if abs(total_us - raw_us) > tolerance:
-        return Check("phases-sum", False, f"{parts} = {_ms(total_us * 1e3)}, but kernel time is {_ms(raw_us * 1e3)}",
+        return Check("phases-sum", False, f"{parts} = {ns_text(total_us * 1e3)}, but kernel time is {ns_text(raw_us * 1e3)}",
                      keys)
     return Check("phases-sum", True, f"{parts} = kernel time", keys)
 
@@ -220,7 +217,7 @@ def forward_present(a: Analysis) -> Check:
     named = [f"step {int(uniq[i])}" for i in np.flatnonzero(bad)]
     return Check("forward-present", False,
                  f"{int(bad.sum())} of {int(training.sum())} steps with backward kernels have no forward kernel "
-                 f"({_listed(named)}; backward {_ms(bwd[bad].sum())}, optimizer {_ms(opt[bad].sum())}): forward "
+                 f"({_listed(named)}; backward {ns_text(bwd[bad].sum())}, optimizer {ns_text(opt[bad].sum())}): forward "
                  "work is labelled as another phase", keys)
 
 

@@ -13,6 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from dnnprof.model.units import bytes_text, pct_text
+
+#: An unknown value inside a sentence.
+UNKNOWN = "?"
+
 SCHEMA = "dnnprof.sweep_report/1"
 #: The batch-size "knee": the smallest batch whose throughput is within this share of the best.
 KNEE_FRACTION = 0.9
@@ -81,23 +86,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
-def _fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n}"
-
-
 def _some(names: list[str], limit: int = 6) -> str:
     """A readable list of at most ``limit`` names."""
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def _pct(x: float | None) -> str:
-    return "?" if x is None else f"{x:.0f}%"
 
 
 # --- 2. batch size ---------------------------------------------------------------------------------------------
@@ -146,13 +137,13 @@ def batch_answer(s: dict[str, Any]) -> dict[str, Any]:
         vals = [r for r in ok if r[key] is not None]
         if len(vals) >= 2:
             out[f"{key}_range"] = [vals[0][key], vals[-1][key]]
-            out["sentences"].append(f"{name}: {label} {_pct(vals[0][key])} at batch {vals[0]['batch_size']} → "
-                                    f"{_pct(vals[-1][key])} at batch {vals[-1]['batch_size']}.")
+            out["sentences"].append(f"{name}: {label} {pct_text(vals[0][key], 0, missing=UNKNOWN)} at batch {vals[0]['batch_size']} → "
+                                    f"{pct_text(vals[-1][key], 0, missing=UNKNOWN)} at batch {vals[-1]['batch_size']}.")
     line = memory_line(s["rows"])
     if line is not None:
         out["memory_per_sample_bytes"], out["memory_fixed_bytes"] = round(line[0]), round(line[1])
-        out["sentences"].append(f"{name}: peak memory grows {_fmt_bytes(line[0])} per sample on top of "
-                                f"{_fmt_bytes(max(line[1], 0))}.")
+        out["sentences"].append(f"{name}: peak memory grows {bytes_text(line[0], missing=UNKNOWN)} per sample on top of "
+                                f"{bytes_text(max(line[1], 0), missing=UNKNOWN)}.")
     m = s["max_batch"]
     if m and m.get("batch_size") is not None:
         if m.get("limited_by") == "largest_tried":
@@ -174,8 +165,8 @@ def batch_answer(s: dict[str, Any]) -> dict[str, Any]:
                                    "large": {"batch_size": hi["batch_size"], **b}}
         same = "stays" if a["family"] == b["family"] else "moves from"
         out["sentences"].append(
-            f"{name}: top kernel family {same} {a['family']} ({_pct(a['pct'])}) at batch {lo['batch_size']}"
-            + (f" to {b['family']}" if same != "stays" else "") + f" ({_pct(b['pct'])} at batch {hi['batch_size']}).")
+            f"{name}: top kernel family {same} {a['family']} ({pct_text(a['pct'], 0, missing=UNKNOWN)}) at batch {lo['batch_size']}"
+            + (f" to {b['family']}" if same != "stays" else "") + f" ({pct_text(b['pct'], 0, missing=UNKNOWN)} at batch {hi['batch_size']}).")
     return out
 
 
@@ -230,24 +221,24 @@ def bottleneck_answer(series: list[dict[str, Any]], default_batch: int | None) -
         parts = []
         cpu = all(k.get("family") == "cpu op" for k in kernels)
         for k in kernels[:3]:
-            bits = [f"{_pct(k.get('pct'))} of {'CPU operator self' if cpu else 'kernel'} time"]
+            bits = [f"{pct_text(k.get('pct'), 0, missing=UNKNOWN)} of {'CPU operator self' if cpu else 'kernel'} time"]
             if k.get("layer"):
                 bits.append(f"layer {k['layer']}")
             if k.get("phase"):
                 bits.append(k["phase"])
             if k.get("occupancy_pct") is not None:
-                bits.append(f"occupancy {_pct(k['occupancy_pct'])} ({k.get('occupancy_source')})")
+                bits.append(f"occupancy {pct_text(k['occupancy_pct'], 0, missing=UNKNOWN)} ({k.get('occupancy_source')})")
             if k.get("bound"):
                 bits.append(f"{k['bound']}-bound")
             parts.append(f"{k.get('short_name')} ({', '.join(bits)})")
         what = "operators" if cpu else "kernels"
         out["sentences"].append(f"At the default point ({where}) the top {what} are " + "; ".join(parts) + ".")
     if out["layers"]:
-        lay = ", ".join(f"{r['name']} {_pct(r.get('pct'))}" for r in out["layers"][:3])
+        lay = ", ".join(f"{r['name']} {pct_text(r.get('pct'), 0, missing=UNKNOWN)}" for r in out["layers"][:3])
         out["sentences"].append(f"Layers with the most GPU time: {lay}.")
     if out["gpu_busy_pct"] is not None:
-        out["sentences"].append(f"The GPU is busy {_pct(out['gpu_busy_pct'])} of the step; tensor-core kernels take "
-                                f"{_pct(out['tensor_core_pct'])} of kernel time.")
+        out["sentences"].append(f"The GPU is busy {pct_text(out['gpu_busy_pct'], 0, missing=UNKNOWN)} of the step; tensor-core kernels take "
+                                f"{pct_text(out['tensor_core_pct'], 0, missing=UNKNOWN)} of kernel time.")
     if kernels and not cpu and not any(k.get("bound") for k in kernels):
         out["sentences"].append("Bound classes need hardware counters: re-run with --counters.")
     return out
@@ -313,7 +304,7 @@ def precision_answer(series: list[dict[str, Any]], default_batch: int | None) ->
             if row["max_batch_ratio"] is not None:
                 bits.append(f"largest batch {mb} ({row['max_batch_ratio']}×)")
             if row["tensor_core_pct"] is not None:
-                bits.append(f"tensor-core kernels {_pct(row['tensor_core_pct'])} of kernel time")
+                bits.append(f"tensor-core kernels {pct_text(row['tensor_core_pct'], 0, missing=UNKNOWN)} of kernel time")
             if row["families_appeared"]:
                 bits.append("new kernel families: " + _some(row["families_appeared"]))
             if row["families_disappeared"]:
@@ -362,11 +353,11 @@ def mode_answer(series: list[dict[str, Any]], default_batch: int | None) -> list
                      f"(inference runs {row['throughput_ratio']}× the samples/s).")
         ph = side["train"]["phases_pct"]
         if ph:
-            text.append(f"{prec} training kernel time: forward {_pct(ph.get('forward'))}, backward "
-                     f"{_pct(ph.get('backward'))}, optimizer {_pct(ph.get('optimizer'))}, other {_pct(ph.get('other'))}.")
+            text.append(f"{prec} training kernel time: forward {pct_text(ph.get('forward'), 0, missing=UNKNOWN)}, backward "
+                     f"{pct_text(ph.get('backward'), 0, missing=UNKNOWN)}, optimizer {pct_text(ph.get('optimizer'), 0, missing=UNKNOWN)}, other {pct_text(ph.get('other'), 0, missing=UNKNOWN)}.")
         for key, label in (("gpu_busy_pct", "GPU busy"), ("sm_occupancy_pct", "SM occupancy")):
             if side["train"][key] is not None and side["infer"][key] is not None:
-                text.append(f"{prec} {label}: train {_pct(side['train'][key])}, infer {_pct(side['infer'][key])}.")
+                text.append(f"{prec} {label}: train {pct_text(side['train'][key], 0, missing=UNKNOWN)}, infer {pct_text(side['infer'][key], 0, missing=UNKNOWN)}.")
         if side["train"]["top_kernel"] and side["infer"]["top_kernel"]:
             text.append(f"{prec} top kernel: train {side['train']['top_kernel']}, infer {side['infer']['top_kernel']}"
                      + (f"; families only in training: {_some(row['families_train_only'])}"

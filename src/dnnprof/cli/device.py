@@ -15,6 +15,7 @@ import typer
 
 from dnnprof.cli.errors import UserError
 from dnnprof.model.gpu_specs import PRECISIONS, lookup_gpu
+from dnnprof.model.units import fixed_text
 
 CACHE_FORMAT = "dnnprof.device-measure/1"
 #: (label, torch dtype name, allow TF32, matrix size) of the GEMMs ``--measure`` times.
@@ -191,7 +192,7 @@ def measured(props: dict[str, Any], refresh: bool = False) -> dict[str, Any]:
 # --- output ------------------------------------------------------------------------------------------------------
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
-        return f"{v:,.1f}"
+        return fixed_text(v)
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
     return "-" if v is None else str(v)

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dnnprof.model.units import rate_text
 from dnnprof.render.safe_text import cell, clean_doc, markup
 
 
@@ -44,23 +45,14 @@ def render_counters(doc: dict[str, Any], console: Console | None = None, top: in
         console.print(Text(roofline_line(roof)))
 
 
-def _rate(v: float | None, unit: str) -> str:
-    if v is None:
-        return "?"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G")):
-        if v >= scale:
-            return f"{v / scale:.3g} {prefix}{unit}"
-    return f"{v:.3g} {unit}"
-
-
 def roofline_line(roof: dict[str, Any]) -> str:
     """One line on the roofline: the DRAM ceiling, the ceilings of the precisions that dominate a plotted kernel
     with their ridge points, and how many kernels are plotted or left off."""
     c = roof["ceilings"]
-    parts = [f"DRAM {_rate(c.get('dram_bytes_per_s'), 'B/s')} ({c.get('dram_source') or '?'})"]
+    parts = [f"DRAM {rate_text(c.get('dram_bytes_per_s'), 'B/s', missing='?')} ({c.get('dram_source') or '?'})"]
     for p, v in c["compute"].items():
         if v.get("kernels"):
-            parts.append(f"{p} {_rate(v['peak_flops_per_s'], 'FLOP/s')} ({v.get('source')}, ridge "
+            parts.append(f"{p} {rate_text(v['peak_flops_per_s'], 'FLOP/s', missing='?')} ({v.get('source')}, ridge "
                          f"{_f(v.get('ridge_flops_per_byte'), '{:.3g}')} FLOP/B, {v['kernels']} kernels)")
     ex = roof.get("excluded") or {}
     words = {"no_flops": "without FLOPs", "no_dram_bytes": "without DRAM bytes", "no_time": "without time"}

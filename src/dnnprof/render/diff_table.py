@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dnnprof.model.units import bytes_text, pct_text, us_text
 from dnnprof.render.evidence import gain_text
 from dnnprof.render.safe_text import cell, clean_doc, markup
-from dnnprof.render.units import bytes_text, pct_text, us_text
 
 
 def _change(pair: dict[str, Any], fmt: Any = us_text) -> str:

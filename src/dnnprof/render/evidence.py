@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dnnprof.render.units import bytes_text, number_text, pct_text, us_text
+from dnnprof.model.units import bytes_text, number_text, pct_text, us_text
 
 #: Keys that name the offender itself; the first one present leads its line, without a label.
 NAME_KEYS = ("kernel", "op", "name", "what")

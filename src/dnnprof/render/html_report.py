@@ -10,6 +10,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from dnnprof.model.units import pct_text, rate_text, us_text
 from dnnprof.render.evidence import evidence_items, gain_text, offenders
 from dnnprof.render.roofline_svg import PRECISION_LABELS, roofline_svg
 from dnnprof.render.terminal import straggler_text, unreliable
@@ -30,14 +31,12 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums} code{font-size:12p
 """
 
 
-def _us(v: float | None) -> str:
-    if v is None:
-        return "–"
-    return f"{v / 1000:,.2f} ms" if v >= 1000 else f"{v:,.1f} µs"
+def _us_text(time_us: float | None) -> str:
+    return us_text(time_us, missing="–")
 
 
-def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{v:.1f}%"
+def _pct(share_pct: float | None) -> str:
+    return pct_text(share_pct, missing="–")
 
 
 def _row(cells: list[tuple[str, bool]]) -> str:
@@ -58,8 +57,8 @@ def _cards(doc: dict[str, Any]) -> str:
     gpu, steps = doc["gpu"], doc["steps"]
     busy = _pct(gpu.get("busy_pct")) + (" (unreliable)" if unreliable(doc, "gpu.busy_pct") else "")
     items = [("GPU busy", busy), ("steps", str(steps["count"])),
-             ("median step", _us(steps.get("median_us"))), ("step CV", _pct(steps.get("cv_pct"))),
-             ("tensor cores", _pct(gpu.get("tensor_core_pct"))), ("GPU idle", _us(gpu.get("idle_us")))]
+             ("median step", _us_text(steps.get("median_us"))), ("step CV", _pct(steps.get("cv_pct"))),
+             ("tensor cores", _pct(gpu.get("tensor_core_pct"))), ("GPU idle", _us_text(gpu.get("idle_us")))]
     if gpu.get("collectives_only_us"):
         items.append(("collectives alone", _pct(gpu.get("collectives_only_pct"))))
     return '<div class="cards">' + "".join(f'<div class="card">{escape(k)}<b>{escape(v)}</b></div>'
@@ -118,15 +117,15 @@ def render_html(doc: dict[str, Any], top: int = 30) -> str:
         idle = gpu.get("idle_breakdown_us") or {}
         parts.append("<h2>GPU time</h2>" + _table(
             [("part", False), ("time", True)],
-            [_row([(escape(k), False), (_us(gpu.get(f"{k}_us")), True)]) for k in ("kernel", "memcpy", "memset", "idle")]
-            + [_row([(f"idle: {escape(k.replace('_', ' '))}", False), (_us(v), True)]) for k, v in idle.items() if v]))
+            [_row([(escape(k), False), (_us_text(gpu.get(f"{k}_us")), True)]) for k in ("kernel", "memcpy", "memset", "idle")]
+            + [_row([(f"idle: {escape(k.replace('_', ' '))}", False), (_us_text(v), True)]) for k, v in idle.items() if v]))
     parts.append("<h2>Findings</h2>" + _findings(doc))
     if doc["kernels"]:
         parts.append(f"<h2>Top kernels (of {len(doc['kernels'])})</h2>" + _table(
             [("time %", True), ("total", True), ("calls", True), ("avg", True), ("family", False), ("TC", False),
              ("occupancy", True), ("bound", False), ("phase", False), ("layer", False), ("kernel", False)],
-            [_row([(_bar(k["pct"]), True), (_us(k["total_us"]), True), (f"{k['calls']:,}", True),
-                   (_us(k["mean_us"]), True), (escape(k["family"]), False), ("✓" if k.get("tensor_core") else "", False),
+            [_row([(_bar(k["pct"]), True), (_us_text(k["total_us"]), True), (f"{k['calls']:,}", True),
+                   (_us_text(k["mean_us"]), True), (escape(k["family"]), False), ("✓" if k.get("tensor_core") else "", False),
                    (_pct(k.get("theoretical_occupancy_pct", k.get("est_achieved_occupancy_pct"))), True),
                    (escape(k.get("bound") or ""), False), (escape(k["phase"]), False), (escape(k["layer"]), False),
                    (f'<code title="{escape(k["name"])}">{escape(k["short_name"])}</code>', False)])
@@ -136,12 +135,12 @@ def render_html(doc: dict[str, Any], top: int = 30) -> str:
     if doc["kernels"]:
         parts.append(f"<h2>Layers ({escape(doc.get('attribution', {}).get('level', ''))} level)</h2>" + _table(
             [("time %", True), ("total", True), ("kernels", True), ("layer", False)],
-            [_row([(_bar(r["pct"]), True), (_us(r["total_us"]), True), (f"{r['kernel_calls']:,}", True),
+            [_row([(_bar(r["pct"]), True), (_us_text(r["total_us"]), True), (f"{r['kernel_calls']:,}", True),
                    (escape(r["name"]), False)]) for r in doc["layers"][:top]]))
         ph = doc["phases"]
         bad = unreliable(doc, "phases")
         parts.append(f"<h2>Phases{escape(' — ' + bad if bad else '')}</h2>" + _table([("phase", False), ("kernel time", True)],
-                                                [_row([(p, False), (_us(ph[f"{p}_us"]), True)])
+                                                [_row([(p, False), (_us_text(ph[f"{p}_us"]), True)])
                                                  for p in ("forward", "backward", "optimizer", "other")]))
     if doc.get("ranks"):
         r = doc["ranks"]
@@ -151,30 +150,25 @@ def render_html(doc: dict[str, Any], top: int = 30) -> str:
             [("rank", True), ("GPU", True), ("steps", True), ("step (median)", True), ("busy", True),
              ("compute/step", True), ("NCCL/step", True), ("exposed NCCL/step", True)],
             [_row([(str(x["rank"]), True), (str(x["device"]), True), (str(x["steps"]), True),
-                   (_us(x["step_median_us"]), True), (_pct(x["busy_pct"]), True), (_us(x["compute_us_per_step"]), True),
-                   (_us(x["nccl_us_per_step"]), True), (_us(x["exposed_nccl_us_per_step"]), True)])
+                   (_us_text(x["step_median_us"]), True), (_pct(x["busy_pct"]), True), (_us_text(x["compute_us_per_step"]), True),
+                   (_us_text(x["nccl_us_per_step"]), True), (_us_text(x["exposed_nccl_us_per_step"]), True)])
              for x in r["per_rank"]]))
     if doc.get("memcpy"):
         parts.append("<h2>Memory copies</h2>" + _table(
             [("kind", False), ("host memory", False), ("count", True), ("bytes", True), ("total", True)],
             [_row([(escape(m["kind"]), False), (escape(m.get("host_memory") or "–"), False), (f"{m['count']:,}", True),
-                   (f"{m['bytes']:,}", True), (_us(m["total_us"]), True)]) for m in doc["memcpy"]]))
+                   (f"{m['bytes']:,}", True), (_us_text(m["total_us"]), True)]) for m in doc["memcpy"]]))
     if doc.get("host_ops"):
         parts.append("<h2>Host ops (self time)</h2>" + _table(
             [("self %", True), ("self", True), ("total", True), ("calls", True), ("op", False)],
-            [_row([(_bar(r["self_pct"]), True), (_us(r["self_us"]), True), (_us(r["total_us"]), True),
+            [_row([(_bar(r["self_pct"]), True), (_us_text(r["self_us"]), True), (_us_text(r["total_us"]), True),
                    (f"{r['calls']:,}", True), (escape(r["name"]), False)]) for r in doc["host_ops"][:top]]))
     parts.append("</body></html>\n")
     return "".join(parts)
 
 
-def _rate(v: float | None, unit: str) -> str:
-    if v is None:
-        return "–"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= scale:
-            return f"{v / scale:,.3g} {prefix}{unit}"
-    return f"{v:,.3g} {unit}"
+def _rate(value_per_s: float | None, unit: str) -> str:
+    return rate_text(value_per_s, unit, missing="–")
 
 
 def _sig(v: float | None) -> str:
@@ -231,7 +225,7 @@ def render_counters_html(doc: dict[str, Any], top: int = 30) -> str:
         [("time %", True), ("total", True), ("launches", True), ("SM %", True), ("Mem %", True),
          ("ach. occ.", True), ("waves", True), ("DRAM B/launch", True), ("FLOP/launch", True), ("FLOP/B", True),
          ("bound", False), ("kernel", False)],
-        [_row([(_bar(k["pct"]), True), (_us(k["total_us"]), True), (f"{k['launches']:,}", True),
+        [_row([(_bar(k["pct"]), True), (_us_text(k["total_us"]), True), (f"{k['launches']:,}", True),
                (_pct(k.get("sm_throughput_pct")), True), (_pct(k.get("memory_throughput_pct")), True),
                (_pct(k.get("achieved_occupancy_pct")), True), (_sig(k.get("waves_per_sm")), True),
                (_sig(k.get("dram_bytes")), True), (_sig(k.get("flops")), True),

@@ -7,8 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from dnnprof.model.units import pct_text, us_text
 from dnnprof.render.safe_text import cell, clean_doc, markup
-from dnnprof.render.units import pct_text, us_text
 
 
 def _table(title: str, rows: list[dict[str, Any]], top: int, name_key: str) -> Table:

@@ -4,31 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from dnnprof.model.units import bytes_text, fixed_text, pct_text, times_text
 from dnnprof.render.safe_text import md
+
+#: An unknown value in a sweep report.
+MISSING = "–"
 
 
 def fmt_num(v: float | None, digits: int = 1) -> str:
-    if v is None:
-        return "–"
-    return f"{v:,.{digits}f}" if abs(v) < 1e6 else f"{v:,.0f}"
+    return fixed_text(v, digits, missing=MISSING)
 
 
-def fmt_pct(v: float | None) -> str:
-    return "–" if v is None else f"{v:.0f}%"
+def fmt_pct(share_pct: float | None) -> str:
+    return pct_text(share_pct, 0, missing=MISSING)
 
 
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "–"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return str(n)
+def fmt_bytes(size_bytes: float | None) -> str:
+    return bytes_text(size_bytes, 2, missing=MISSING)
 
 
-def fmt_x(v: float | None) -> str:
-    return "–" if v is None else f"{v:.2f}×"
+def fmt_x(ratio: float | None) -> str:
+    return times_text(ratio, missing=MISSING)
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:

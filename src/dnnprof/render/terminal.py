@@ -10,10 +10,10 @@ from rich.table import Table
 from rich.text import Text
 
 from dnnprof.model.device import VENDOR_NAMES
+from dnnprof.model.units import bytes_text, pct_text, us_text
 from dnnprof.render.evidence import gain_text, offenders
 from dnnprof.render.fit import columns_to_drop, fit_rows
 from dnnprof.render.safe_text import cell, clean_doc, markup
-from dnnprof.render.units import bytes_text, pct_text, us_text
 
 __all__ = ["bytes_text", "pct_text", "render", "straggler_text", "us_text"]
 

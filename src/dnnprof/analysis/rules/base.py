@@ -127,8 +127,3 @@ def pct(part: float, whole: float) -> float:
     return 100.0 * float(part) / float(whole) if whole else 0.0
 
 
-def ms_text(ns: float) -> str:
-    """Human text for a duration: ``12.3 ms`` or ``45 µs``."""
-    if ns >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e3:.0f} µs"

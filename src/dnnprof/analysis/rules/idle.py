@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from dnnprof.analysis.rules.base import Finding, ms_text, pct, rule, us
+from dnnprof.analysis.rules.base import Finding, pct, rule, us
 from dnnprof.analysis.rules.context import Context
 from dnnprof.analysis.rules.timeline import CAUSES
 from dnnprof.model.schema import API_KINDS
+from dnnprof.model.units import ns_brief_text
 
 #: ``gpu-idle`` fires when the GPU is busy less than this share of the step windows (TensorBoard plugin: 50%,
 #: nsys ``gpu_time_util``: 50%; we flag a little earlier because the cause breakdown makes it actionable).
@@ -140,7 +141,7 @@ def gpu_idle(ctx: Context) -> Finding | None:
     return Finding(
         id="gpu-idle",
         title=f"GPU idle {100 - busy:.0f}% of the step (busy {busy:.0f}%)",
-        summary=(f"{ms_text(idle)} idle in {ctx.n_windows} step window(s); largest cause: "
+        summary=(f"{ns_brief_text(idle)} idle in {ctx.n_windows} step window(s); largest cause: "
                  f"{main.replace('_', ' ')} ({pct(causes[main], idle):.0f}% of the idle time)"
                  + _capture_clause(ctx)),
         recommendation=("Fix the largest idle cause first: " + "; ".join(
@@ -211,8 +212,8 @@ def dataloader_bound(ctx: Context) -> Finding | None:
     return Finding(
         id="dataloader-bound",
         title=f"GPU waits for the DataLoader: {pct(dl, ctx.window_ns):.0f}% of step time",
-        summary=(f"the GPU idled {ms_text(dl)} while the host was in DataLoader __next__ "
-                 f"({ms_text(ranges['host_ns'])} of __next__ in {ranges['calls']} calls)"),
+        summary=(f"the GPU idled {ns_brief_text(dl)} while the host was in DataLoader __next__ "
+                 f"({ns_brief_text(ranges['host_ns'])} of __next__ in {ranges['calls']} calls)"),
         recommendation=("Load batches in parallel with the step: DataLoader(num_workers=N, pin_memory=True, "
                         "persistent_workers=True, prefetch_factor=2-4); move decoding and augmentation off the "
                         "critical path (GPU transforms, DALI, or preprocessing once offline)."),
@@ -277,7 +278,7 @@ def launch_bound(ctx: Context) -> Finding | None:
         id="launch-bound",
         title=f"Host-bound: the GPU waits for kernel launches {share:.0f}% of the step",
         summary=(f"{per_step:.0f} kernels per step, median {np.median(d) / 1e3:.1f} µs, {short:.0%} shorter than "
-                 f"{SHORT_KERNEL_NS // 1000} µs; {ms_text(idle)} of idle waiting for the next launch"
+                 f"{SHORT_KERNEL_NS // 1000} µs; {ns_brief_text(idle)} of idle waiting for the next launch"
                  + _capture_clause(ctx)),
         recommendation=("Cut per-kernel host overhead: capture the step in a CUDA graph "
                         "(torch.compile(model, mode='reduce-overhead') or torch.cuda.CUDAGraph), fuse small ops with "

@@ -10,9 +10,10 @@ import numpy as np
 
 from dnnprof.analysis.attribution import PHASES
 from dnnprof.analysis.kernel_summary import KernelRow
-from dnnprof.analysis.rules.base import Finding, ms_text, pct, rule, us
+from dnnprof.analysis.rules.base import Finding, pct, rule, us
 from dnnprof.analysis.rules.context import Context
 from dnnprof.analysis.rules.precision import TC_FAMILIES
+from dnnprof.model.units import ns_brief_text
 
 #: ``low-occupancy``: kernels below this theoretical occupancy ...
 LOW_OCC_MAX_PCT = 25.0
@@ -127,7 +128,7 @@ def low_occupancy(ctx: Context) -> Finding | None:
         id="low-occupancy",
         title=f"Low-occupancy kernels: {pct(t, ctx.kernel_ns):.0f}% of GPU kernel time below "
               f"{LOW_OCC_MAX_PCT:.0f}% occupancy",
-        summary=(f"{len(rows)} kernels ({ms_text(t)}) hold few warps per SM; limited by "
+        summary=(f"{len(rows)} kernels ({ns_brief_text(t)}) hold few warps per SM; limited by "
                  f"{', '.join(limiters) or 'unknown'}"),
         recommendation=("Raise resident warps for these kernels: cut registers per thread (__launch_bounds__, "
                         "Triton num_warps) or shared memory per block (smaller tiles, fewer num_stages), use larger "
@@ -190,7 +191,7 @@ def small_grid(ctx: Context) -> Finding | None:
     return Finding(
         id="small-grid",
         title=f"Kernels with fewer blocks than SMs: {pct(t, ctx.kernel_ns):.0f}% of GPU kernel time",
-        summary=f"{len(per_kernel)} kernels launch < {sms} blocks; {ms_text(waste)} of SM-time left empty",
+        summary=f"{len(per_kernel)} kernels launch < {sms} blocks; {ns_brief_text(waste)} of SM-time left empty",
         recommendation=("Give these kernels more parallel work: raise the batch size, batch many small ops into one "
                         "(torch.bmm, grouped GEMMs, torch._foreach_*), or run independent work on another CUDA "
                         "stream."),
@@ -248,7 +249,7 @@ def compile_not_used(ctx: Context) -> Finding | None:
     return Finding(
         id="compile-not-used",
         title=f"Eager mode: {per_step:.0f} small fusable kernels per step ({pct(t, ctx.kernel_ns):.0f}% of kernel time)",
-        summary=(f"{per_step:.0f} pointwise/norm/softmax/reduction/copy kernels per step run for {ms_text(t)} and no "
+        summary=(f"{per_step:.0f} pointwise/norm/softmax/reduction/copy kernels per step run for {ns_brief_text(t)} and no "
                  "torch.compile (Triton) kernels or CUDA graphs appear in the trace"),
         recommendation=("Compile the model: model = torch.compile(model) (first steps are slower while it compiles; "
                         "mode='max-autotune' for long runs, mode='reduce-overhead' adds CUDA graphs)."),
@@ -307,7 +308,7 @@ def optimizer_not_fused(ctx: Context) -> Finding | None:
         id="optimizer-not-fused",
         title=f"Optimizer step is not fused: {per_step:.0f} kernels per step ({mode.split(' (')[0]})",
         summary=(f"{opt_name or 'the optimizer'} runs {per_step:.0f} {mode} per step; its GPU span is "
-                 f"{ms_text(span / ctx.n_windows)} per step for {ms_text(kt / ctx.n_windows)} of kernel time"),
+                 f"{ns_brief_text(span / ctx.n_windows)} per step for {ns_brief_text(kt / ctx.n_windows)} of kernel time"),
         recommendation=(f"Use the fused implementation: torch.optim.{(opt_name or 'AdamW').split('.')[0]}(params, ..., "
                         "fused=True) (Adam, AdamW, SGD, Adagrad support it on CUDA)"
                         + ("; at least foreach=True." if per_param else ".")),
@@ -378,7 +379,7 @@ def cudnn_benchmark_off(ctx: Context) -> Finding | None:
     return Finding(
         id="cudnn-benchmark-off",
         title=f"cuDNN benchmark mode is off; convolutions are {pct(t, ctx.kernel_ns):.0f}% of kernel time",
-        summary=(f"{len(rows)} convolution kernels run {ms_text(t)} with algorithms picked by cuDNN's heuristics "
+        summary=(f"{len(rows)} convolution kernels run {ns_brief_text(t)} with algorithms picked by cuDNN's heuristics "
                  "(torch.backends.cudnn.benchmark = False)"),
         recommendation=("Set torch.backends.cudnn.benchmark = True before training when input shapes do not change "
                         "(with varying shapes it re-tunes for each new shape)."),

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from dnnprof.analysis.rules.base import Finding, ms_text, pct, rule, us
+from dnnprof.analysis.rules.base import Finding, pct, rule, us
 from dnnprof.analysis.rules.context import Context
 from dnnprof.model.schema import API_KINDS
+from dnnprof.model.units import ns_brief_text
 
 #: ``memory-underused``: peak memory below this share of the device (DLProf fired at 2-7%; TBD showed
 #: throughput rising with batch until memory is ~80% full) ...
@@ -135,7 +136,7 @@ def memory_near_limit(ctx: Context) -> Finding | None:
         id="memory-near-limit",
         title=f"GPU memory near the limit: peak {used:.0f}% of the device",
         summary=(f"peak {peak / 2**30:.1f} GiB of {total / 2**30:.0f} GiB ({source}); "
-                 f"{int(alloc.sum())} cudaMalloc/cudaFree calls inside the steps ({ms_text(alloc_ns)})"),
+                 f"{int(alloc.sum())} cudaMalloc/cudaFree calls inside the steps ({ns_brief_text(alloc_ns)})"),
         recommendation=("Make room before it fails: activation checkpointing (torch.utils.checkpoint), bf16 autocast, "
                         "a smaller micro-batch with gradient accumulation, and "
                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation."),
@@ -188,7 +189,7 @@ def unstable_steps(ctx: Context) -> Finding | None:
     return Finding(
         id="unstable-steps",
         title=f"Unstable step time: CV {cv:.0f}% over {d.size} steps",
-        summary=(f"steps take {ms_text(d.min())}–{ms_text(d.max())} (median {ms_text(med)}); slowest: step {number}"
+        summary=(f"steps take {ns_brief_text(d.min())}–{ns_brief_text(d.max())} (median {ns_brief_text(med)}); slowest: step {number}"
                  + ("; durations grow steadily" if trend > 0.9 else "")),
         recommendation=("Measure steady state only (skip warm-up/compilation steps), keep input shapes static (pad or "
                         "bucket sequence lengths), move logging/checkpointing/evaluation out of the timed steps, and "

@@ -10,8 +10,9 @@ import re
 from typing import Any
 
 from dnnprof.analysis.kernel_summary import KernelRow
-from dnnprof.analysis.rules.base import Finding, ms_text, pct, rule, us
+from dnnprof.analysis.rules.base import Finding, pct, rule, us
 from dnnprof.analysis.rules.context import Context
+from dnnprof.model.units import ns_brief_text
 
 #: ``amp-not-used`` fires when fp32 GEMM/conv kernels without tensor cores take this share of kernel time.
 AMP_MIN_KERNEL_PCT = 10.0
@@ -177,8 +178,8 @@ def amp_not_used(ctx: Context) -> Finding | None:
     return Finding(
         id="amp-not-used",
         title=f"{what}: {share:.0f}% of GPU kernel time",
-        summary=(f"{len(counted)} GEMM/conv kernels run in fp32 for {ms_text(t)} ({pct(t * overlap, ctx.window_ns):.1f}% "
-                 f"of step time; {ms_text(t32)} on the FMA pipes, {ms_text(ttf)} as TF32){_mostly_in(ctx, counted)}"),
+        summary=(f"{len(counted)} GEMM/conv kernels run in fp32 for {ns_brief_text(t)} ({pct(t * overlap, ctx.window_ns):.1f}% "
+                 f"of step time; {ns_brief_text(t32)} on the FMA pipes, {ns_brief_text(ttf)} as TF32){_mostly_in(ctx, counted)}"),
         recommendation=(f"Wrap the forward pass and loss in torch.autocast('cuda', dtype=torch.{dtype})"
                         f"{'' if ampere else ' with torch.amp.GradScaler'}"
                         + ("; if you must stay in fp32, at least enable TF32 for matmuls with "
@@ -270,9 +271,9 @@ def tensor_cores_unused(ctx: Context) -> Finding | None:
                          "GPT-2's vocabulary to a multiple of 64 gave nanoGPT ~25% end to end)")
     parts = []
     if no_tc:
-        parts.append(f"{len(no_tc)} fp16/bf16 kernels without tensor cores ({ms_text(t_no)})")
+        parts.append(f"{len(no_tc)} fp16/bf16 kernels without tensor cores ({ns_brief_text(t_no)})")
     if unaligned:
-        parts.append(f"{len(unaligned)} unaligned tensor-core kernels ({ms_text(t_un)})")
+        parts.append(f"{len(unaligned)} unaligned tensor-core kernels ({ns_brief_text(t_un)})")
     return Finding(
         id="tensor-cores-unused",
         title=f"Half-precision GEMMs off the fast tensor-core path: {share:.0f}% of GPU kernel time",
@@ -320,7 +321,7 @@ def fp64_used(ctx: Context) -> Finding | None:
     return Finding(
         id="fp64-used",
         title=f"Double precision (fp64) kernels: {share:.0f}% of GPU kernel time",
-        summary=(f"{len(rows)} fp64 kernels run for {ms_text(t)} ({pct(t * overlap, ctx.window_ns):.1f}% of step time)"
+        summary=(f"{len(rows)} fp64 kernels run for {ns_brief_text(t)} ({pct(t * overlap, ctx.window_ns):.1f}% of step time)"
                  f"{_mostly_in(ctx, rows)}"),
         recommendation=("Train in fp32 or lower: model.float(), convert inputs with .float() (NumPy arrays are "
                         "float64 and torch.from_numpy keeps that), or torch.set_default_dtype(torch.float32)."),

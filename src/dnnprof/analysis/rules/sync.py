@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from dnnprof.analysis.rules.base import Finding, ms_text, pct, rule, us
+from dnnprof.analysis.rules.base import Finding, pct, rule, us
 from dnnprof.analysis.rules.context import Context
 from dnnprof.model.schema import MEMCPY_KINDS, MEMORY_KINDS
+from dnnprof.model.units import bytes_text, ns_brief_text
 
 #: ``host-sync`` fires when blocking calls inside the steps cost at least this share of step time …
 HOST_SYNC_MIN_PCT = 1.0
@@ -106,7 +107,7 @@ def host_sync(ctx: Context) -> Finding | None:
     return Finding(
         id="host-sync",
         title=f"Host waits for the GPU inside the step; the GPU then starves ({share:.1f}% of step time)",
-        summary=f"{len(calls)} blocking calls in {ctx.n_windows} step(s) caused {ms_text(charged)} of GPU idle",
+        summary=f"{len(calls)} blocking calls in {ctx.n_windows} step(s) caused {ns_brief_text(charged)} of GPU idle",
         recommendation=(hint + "Do not read GPU values on the host inside the step: keep running sums as tensors and "
                         "call .item() every N steps, drop torch.cuda.synchronize() from the loop, copy results "
                         "with .to('cpu', non_blocking=True) into pinned memory and read them later, and avoid "
@@ -158,8 +159,8 @@ def pageable_memcpy(ctx: Context) -> Finding | None:
     return Finding(
         id="pageable-memcpy",
         title=f"Copies from pageable host memory ({pct(cost, ctx.window_ns):.1f}% of step time)",
-        summary=(f"{sel.size} pageable copies ({_bytes_text(int(m['bytes'][sel].sum()))}) take {ms_text(copy_ns)} "
-                 f"on the GPU and cause {ms_text(idle_ns)} of GPU idle; most in {where}"),
+        summary=(f"{sel.size} pageable copies ({bytes_text(int(m['bytes'][sel].sum()))}) take {ns_brief_text(copy_ns)} "
+                 f"on the GPU and cause {ns_brief_text(idle_ns)} of GPU idle; most in {where}"),
         recommendation=("Pin host buffers (DataLoader(pin_memory=True) or tensor.pin_memory()) and copy with "
                         ".to(device, non_blocking=True); create small tensors (lengths, indices, masks) directly "
                         "on the GPU with torch.tensor(..., device='cuda') instead of copying them each step."),
@@ -196,9 +197,3 @@ def _copy_sites(ctx: Context, sel: np.ndarray) -> list[dict[str, Any]]:
     return rows
 
 
-def _bytes_text(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
