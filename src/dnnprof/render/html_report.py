@@ -12,6 +12,7 @@ from typing import Any
 
 from dnnprof.model.units import pct_text, rate_text, us_text
 from dnnprof.render.evidence import evidence_items, gain_text, offenders
+from dnnprof.render.html_table import Markup, table
 from dnnprof.render.roofline_svg import PRECISION_LABELS, roofline_svg
 from dnnprof.render.terminal import straggler_text, unreliable
 
@@ -37,15 +38,6 @@ def _us_text(time_us: float | None) -> str:
 
 def _pct(share_pct: float | None) -> str:
     return pct_text(share_pct, missing="–")
-
-
-def _row(cells: list[tuple[str, bool]]) -> str:
-    return "<tr>" + "".join(f'<td class="n">{c}</td>' if num else f"<td>{c}</td>" for c, num in cells) + "</tr>"
-
-
-def _table(head: list[tuple[str, bool]], rows: list[str]) -> str:
-    th = "".join(f'<th class="n">{escape(h)}</th>' if num else f"<th>{escape(h)}</th>" for h, num in head)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 def _bar(pct: float | None) -> str:
@@ -115,54 +107,54 @@ def render_html(doc: dict[str, Any], top: int = 30) -> str:
              _checks(doc)]
     if gpu.get("has_activity", True) and doc["kernels"]:
         idle = gpu.get("idle_breakdown_us") or {}
-        parts.append("<h2>GPU time</h2>" + _table(
+        parts.append("<h2>GPU time</h2>" + table(
             [("part", False), ("time", True)],
-            [_row([(escape(k), False), (_us_text(gpu.get(f"{k}_us")), True)]) for k in ("kernel", "memcpy", "memset", "idle")]
-            + [_row([(f"idle: {escape(k.replace('_', ' '))}", False), (_us_text(v), True)]) for k, v in idle.items() if v]))
+            [[k, _us_text(gpu.get(f"{k}_us"))] for k in ("kernel", "memcpy", "memset", "idle")]
+            + [[f"idle: {k.replace('_', ' ')}", _us_text(v)] for k, v in idle.items() if v]))
     parts.append("<h2>Findings</h2>" + _findings(doc))
     if doc["kernels"]:
-        parts.append(f"<h2>Top kernels (of {len(doc['kernels'])})</h2>" + _table(
+        parts.append(f"<h2>Top kernels (of {len(doc['kernels'])})</h2>" + table(
             [("time %", True), ("total", True), ("calls", True), ("avg", True), ("family", False), ("TC", False),
              ("occupancy", True), ("bound", False), ("phase", False), ("layer", False), ("kernel", False)],
-            [_row([(_bar(k["pct"]), True), (_us_text(k["total_us"]), True), (f"{k['calls']:,}", True),
-                   (_us_text(k["mean_us"]), True), (escape(k["family"]), False), ("✓" if k.get("tensor_core") else "", False),
-                   (_pct(k.get("theoretical_occupancy_pct", k.get("est_achieved_occupancy_pct"))), True),
-                   (escape(k.get("bound") or ""), False), (escape(k["phase"]), False), (escape(k["layer"]), False),
-                   (f'<code title="{escape(k["name"])}">{escape(k["short_name"])}</code>', False)])
+            [[Markup(_bar(k["pct"])), _us_text(k["total_us"]), f"{k['calls']:,}",
+                   _us_text(k["mean_us"]), k["family"], "✓" if k.get("tensor_core") else "",
+                   _pct(k.get("theoretical_occupancy_pct", k.get("est_achieved_occupancy_pct"))),
+                   k.get("bound") or "", k["phase"], k["layer"],
+                   Markup(f'<code title="{escape(k["name"])}">{escape(k["short_name"])}</code>')]
              for k in doc["kernels"][:top]]))
     if doc.get("roofline"):
         parts.append(roofline_section(doc["roofline"], top=min(top, 15)))
     if doc["kernels"]:
-        parts.append(f"<h2>Layers ({escape(doc.get('attribution', {}).get('level', ''))} level)</h2>" + _table(
+        parts.append(f"<h2>Layers ({escape(doc.get('attribution', {}).get('level', ''))} level)</h2>" + table(
             [("time %", True), ("total", True), ("kernels", True), ("layer", False)],
-            [_row([(_bar(r["pct"]), True), (_us_text(r["total_us"]), True), (f"{r['kernel_calls']:,}", True),
-                   (escape(r["name"]), False)]) for r in doc["layers"][:top]]))
+            [[Markup(_bar(r["pct"])), _us_text(r["total_us"]), f"{r['kernel_calls']:,}",
+                   r["name"]] for r in doc["layers"][:top]]))
         ph = doc["phases"]
         bad = unreliable(doc, "phases")
-        parts.append(f"<h2>Phases{escape(' — ' + bad if bad else '')}</h2>" + _table([("phase", False), ("kernel time", True)],
-                                                [_row([(p, False), (_us_text(ph[f"{p}_us"]), True)])
+        parts.append(f"<h2>Phases{escape(' — ' + bad if bad else '')}</h2>" + table([("phase", False), ("kernel time", True)],
+                                                [[p, _us_text(ph[f"{p}_us"])]
                                                  for p in ("forward", "backward", "optimizer", "other")]))
     if doc.get("ranks"):
         r = doc["ranks"]
         parts.append(f"<h2>Ranks ({r['count']})</h2>"
                      f'<div class="meta">slowest rank {r["slowest_rank"]}, {escape(straggler_text(r))}, '
-                     f"step spread {_pct(r['step_median_spread_pct'])}</div>" + _table(
+                     f"step spread {_pct(r['step_median_spread_pct'])}</div>" + table(
             [("rank", True), ("GPU", True), ("steps", True), ("step (median)", True), ("busy", True),
              ("compute/step", True), ("NCCL/step", True), ("exposed NCCL/step", True)],
-            [_row([(str(x["rank"]), True), (str(x["device"]), True), (str(x["steps"]), True),
-                   (_us_text(x["step_median_us"]), True), (_pct(x["busy_pct"]), True), (_us_text(x["compute_us_per_step"]), True),
-                   (_us_text(x["nccl_us_per_step"]), True), (_us_text(x["exposed_nccl_us_per_step"]), True)])
+            [[str(x["rank"]), str(x["device"]), str(x["steps"]),
+                   _us_text(x["step_median_us"]), _pct(x["busy_pct"]), _us_text(x["compute_us_per_step"]),
+                   _us_text(x["nccl_us_per_step"]), _us_text(x["exposed_nccl_us_per_step"])]
              for x in r["per_rank"]]))
     if doc.get("memcpy"):
-        parts.append("<h2>Memory copies</h2>" + _table(
+        parts.append("<h2>Memory copies</h2>" + table(
             [("kind", False), ("host memory", False), ("count", True), ("bytes", True), ("total", True)],
-            [_row([(escape(m["kind"]), False), (escape(m.get("host_memory") or "–"), False), (f"{m['count']:,}", True),
-                   (f"{m['bytes']:,}", True), (_us_text(m["total_us"]), True)]) for m in doc["memcpy"]]))
+            [[m["kind"], m.get("host_memory") or "–", f"{m['count']:,}",
+                   f"{m['bytes']:,}", _us_text(m["total_us"])] for m in doc["memcpy"]]))
     if doc.get("host_ops"):
-        parts.append("<h2>Host ops (self time)</h2>" + _table(
+        parts.append("<h2>Host ops (self time)</h2>" + table(
             [("self %", True), ("self", True), ("total", True), ("calls", True), ("op", False)],
-            [_row([(_bar(r["self_pct"]), True), (_us_text(r["self_us"]), True), (_us_text(r["total_us"]), True),
-                   (f"{r['calls']:,}", True), (escape(r["name"]), False)]) for r in doc["host_ops"][:top]]))
+            [[Markup(_bar(r["self_pct"])), _us_text(r["self_us"]), _us_text(r["total_us"]),
+                   f"{r['calls']:,}", r["name"]] for r in doc["host_ops"][:top]]))
     parts.append("</body></html>\n")
     return "".join(parts)
 
@@ -178,11 +170,11 @@ def _sig(v: float | None) -> str:
 def roofline_section(roof: dict[str, Any], top: int = 15) -> str:
     """The roofline chart, its ceilings and the heaviest kernels' places on it."""
     c = roof["ceilings"]
-    ceil_rows = [_row([("DRAM", False), (_rate(c.get("dram_bytes_per_s"), "B/s"), True), ("", True),
-                       (escape(c.get("dram_source") or "–"), False), ("", True)])]
-    ceil_rows += [_row([(escape(PRECISION_LABELS.get(p, p)), False), (_rate(v["peak_flops_per_s"], "FLOP/s"), True),
-                        (_sig(v.get("ridge_flops_per_byte")), True), (escape(v.get("source") or "–"), False),
-                        (str(v.get("kernels", 0)), True)]) for p, v in c["compute"].items()]
+    ceil_rows = [["DRAM", _rate(c.get("dram_bytes_per_s"), "B/s"), "",
+                       c.get("dram_source") or "–", ""]]
+    ceil_rows += [[PRECISION_LABELS.get(p, p), _rate(v["peak_flops_per_s"], "FLOP/s"),
+                        _sig(v.get("ridge_flops_per_byte")), v.get("source") or "–",
+                        str(v.get("kernels", 0))] for p, v in c["compute"].items()]
     excluded = roof.get("excluded") or {}
     counted = roof.get("counted_gpu_time_pct")
     note = (f"{roof.get('plotted', 0)} kernels plotted; {excluded.get('no_flops', 0)} without FLOPs, "
@@ -191,22 +183,22 @@ def roofline_section(roof: dict[str, Any], top: int = 15) -> str:
             f"{'the trace' if roof.get('time_source') == 'trace' else 'Nsight Compute'}"
             + (f"; the kernels with counters take {counted:.1f}% of the GPU time of the counted step(s)."
                if counted is not None and roof.get("time_source") == "trace" else "."))
-    rows = [_row([(_bar(k.get("time_pct")), True), (_sig(k.get("arithmetic_intensity")), True),
-                  (_rate(k.get("achieved_flops_per_s"), "FLOP/s"), True),
-                  (escape(PRECISION_LABELS.get(k.get("dominant_precision") or "", "–")), False),
-                  (_pct(k.get("pct_of_roof")), True), (escape(k.get("limiting_roof") or "–"), False),
-                  (escape(k.get("bound") or "–"), False),
-                  (f'<code title="{escape(k["name"])}">{escape(k["short_name"])}</code>'
+    rows = [[Markup(_bar(k.get("time_pct"))), _sig(k.get("arithmetic_intensity")),
+                  _rate(k.get("achieved_flops_per_s"), "FLOP/s"),
+                  PRECISION_LABELS.get(k.get("dominant_precision") or "", "–"),
+                  _pct(k.get("pct_of_roof")), k.get("limiting_roof") or "–",
+                  k.get("bound") or "–",
+                  Markup(f'<code title="{escape(k["name"])}">{escape(k["short_name"])}</code>'
                    + (f' <span class="meta">({escape(k["excluded"].replace("_", " "))})</span>'
-                      if k.get("excluded") else ""), False)])
+                      if k.get("excluded") else ""))]
             for k in roof["kernels"][:top]]
     svg = roofline_svg(roof).replace(' xmlns="http://www.w3.org/2000/svg"', "", 1)  # inline SVG needs no namespace
     return ("<h2>Roofline</h2>" + f'<div class="chart">{svg}</div>'
             + f'<p class="meta">{escape(note)}</p>'
-            + _table([("ceiling", False), ("peak", True), ("ridge FLOP/B", True), ("source", False),
+            + table([("ceiling", False), ("peak", True), ("ridge FLOP/B", True), ("source", False),
                       ("kernels", True)], ceil_rows)
             + f"<h3>Kernels on the roofline (top {min(top, len(roof['kernels']))} of {len(roof['kernels'])})</h3>"
-            + _table([("time %", True), ("FLOP/B", True), ("achieved", True), ("precision", False),
+            + table([("time %", True), ("FLOP/B", True), ("achieved", True), ("precision", False),
                       ("of roof", True), ("roof", False), ("bound", False), ("kernel", False)], rows))
 
 
@@ -221,16 +213,16 @@ def render_counters_html(doc: dict[str, Any], top: int = 30) -> str:
              f"{len(doc['kernels'])} kernels · time by bound class: {shares or '–'}</div>"]
     if roof:
         parts.append(roofline_section(roof, top=min(top, 15)))
-    parts.append(f"<h2>Kernels (of {len(doc['kernels'])})</h2>" + _table(
+    parts.append(f"<h2>Kernels (of {len(doc['kernels'])})</h2>" + table(
         [("time %", True), ("total", True), ("launches", True), ("SM %", True), ("Mem %", True),
          ("ach. occ.", True), ("waves", True), ("DRAM B/launch", True), ("FLOP/launch", True), ("FLOP/B", True),
          ("bound", False), ("kernel", False)],
-        [_row([(_bar(k["pct"]), True), (_us_text(k["total_us"]), True), (f"{k['launches']:,}", True),
-               (_pct(k.get("sm_throughput_pct")), True), (_pct(k.get("memory_throughput_pct")), True),
-               (_pct(k.get("achieved_occupancy_pct")), True), (_sig(k.get("waves_per_sm")), True),
-               (_sig(k.get("dram_bytes")), True), (_sig(k.get("flops")), True),
-               (_sig(k.get("arithmetic_intensity")), True), (escape(k.get("bound") or "–"), False),
-               (f'<code title="{escape(k["name"])}">{escape(k["short_name"])}</code>', False)])
+        [[Markup(_bar(k["pct"])), _us_text(k["total_us"]), f"{k['launches']:,}",
+               _pct(k.get("sm_throughput_pct")), _pct(k.get("memory_throughput_pct")),
+               _pct(k.get("achieved_occupancy_pct")), _sig(k.get("waves_per_sm")),
+               _sig(k.get("dram_bytes")), _sig(k.get("flops")),
+               _sig(k.get("arithmetic_intensity")), k.get("bound") or "–",
+               Markup(f'<code title="{escape(k["name"])}">{escape(k["short_name"])}</code>')]
          for k in doc["kernels"][:top]]))
     parts.append("</body></html>\n")
     return "".join(parts)

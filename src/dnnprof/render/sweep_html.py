@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from dnnprof.render.html_table import table
 from dnnprof.render.sweep_md import batch_table, fmt_bytes, fmt_num, fmt_pct, fmt_x, kernel_table
 
 _CSS = """
@@ -14,12 +15,6 @@ th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f4f4
 td:first-child,th:first-child{text-align:left}.bad{color:#b00}.muted{color:#777}
 .answers li{margin:.2em 0}.plots{display:flex;flex-wrap:wrap;gap:8px}h2{border-bottom:1px solid #ccc}
 """
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def render_html(report: dict[str, Any], plots: dict[str, tuple[str, str]] | None = None) -> str:
@@ -47,9 +42,9 @@ def render_html(report: dict[str, Any], plots: dict[str, tuple[str, str]] | None
     h.append("<h2>1. Bottlenecks at the default point</h2>")
     if q1.get("available"):
         h.append(f"<p>{escape(q1['mode'])} {escape(q1['precision'])}, batch {q1['batch_size']}.</p>")
-        h.append(_table(*kernel_table(q1["kernels"])))
+        h.append(table(*kernel_table(q1["kernels"])))
         if q1.get("layers"):
-            h.append(_table(["layer", "time %"], [[str(r["name"]), fmt_pct(r.get("pct"))] for r in q1["layers"]]))
+            h.append(table(["layer", "time %"], [[str(r["name"]), fmt_pct(r.get("pct"))] for r in q1["layers"]]))
     else:
         h.append(f"<p class='muted'>{escape(' '.join(q1['sentences']))}</p>")
     h.append("<h2>2. Batch size</h2>")
@@ -58,17 +53,17 @@ def render_html(report: dict[str, Any], plots: dict[str, tuple[str, str]] | None
     mb = [[f"{m['mode']} {m['precision']}", "–" if m.get("batch_size") is None else str(m["batch_size"]),
            str(m.get("limited_by") or "–"), "yes" if m.get("exact") else "no",
            f"{m.get('trials', '–')} / {m.get('trial_bound', '–')}"] for m in report["max_batch_size"]]
-    h.append(_table(["series", "largest batch that fits", "limited by", "exact", "trials / bound"], mb))
+    h.append(table(["series", "largest batch that fits", "limited by", "exact", "trials / bound"], mb))
     for b in report["batch_size"]:
         h.append(f"<h3>{escape(b['mode'])} {escape(b['precision'])}</h3>")
         h.append(f"<p class='muted'>Skipped: {escape(b['skipped'])}</p>" if b["skipped"]
-                 else _table(*batch_table(b["rows"])))
+                 else table(*batch_table(b["rows"])))
     h.append("<h2>3. Precision</h2>")
     for q in report["precision"]:
         if not q["rows"]:
             continue
         h.append(f"<h3>{escape(q['mode'])} (batch {q['batch_size']}, relative to {escape(q['baseline'])})</h3>")
-        h.append(_table(["precision", "samples/s", "speed-up", "peak memory", "memory", "largest batch",
+        h.append(table(["precision", "samples/s", "speed-up", "peak memory", "memory", "largest batch",
                          "tensor-core time", "appeared", "gone"],
                         [[r["precision"], fmt_num(r["throughput_samples_per_s"]), fmt_x(r["speedup"]),
                           fmt_bytes(r["peak_memory_bytes"]), fmt_x(r["memory_ratio"]), str(r["max_batch_size"] or "–"),
@@ -77,7 +72,7 @@ def render_html(report: dict[str, Any], plots: dict[str, tuple[str, str]] | None
     h.append("<h2>4. Training vs inference</h2>")
     for r in report["modes"]:
         h.append(f"<h3>{escape(r['precision'])} (batch {r['batch_size']})</h3>")
-        h.append(_table(["mode", "samples/s", "step ms", "GPU busy", "SM occupancy", "peak memory", "phases"],
+        h.append(table(["mode", "samples/s", "step ms", "GPU busy", "SM occupancy", "peak memory", "phases"],
                         [[name, fmt_num(x["throughput_samples_per_s"]), fmt_num(x["step_time_ms"], 2),
                           fmt_pct(x["gpu_busy_pct"]), fmt_pct(x["sm_occupancy_pct"]), fmt_bytes(x["peak_memory_bytes"]),
                           ", ".join(f"{k} {fmt_pct(v)}" for k, v in x["phases_pct"].items()) or "–"]
