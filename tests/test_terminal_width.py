@@ -36,7 +36,7 @@ def test_no_line_is_wider_than_the_terminal_and_no_number_is_cut(width: int) -> 
     out = _report(doc, width)
     assert max(cell_len(line) for line in out.splitlines()) <= width
     # The time of every kernel shown is printed whole, never "1…".
-    from dnnprof.render.units import us_text
+    from dnnprof.model.units import us_text
 
     for k in doc["kernels"][:8]:
         assert f" {us_text(k['total_us'])} " in out, k["short_name"]

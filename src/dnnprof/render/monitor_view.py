@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dnnprof.model.gpu_samples import METRIC_NAMES, METRICS, GpuFrame, GpuInfo
+from dnnprof.model.units import bytes_text, pct_text
 from dnnprof.render.safe_text import cell, clean, markup
-from dnnprof.render.units import bytes_text, pct_text
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
