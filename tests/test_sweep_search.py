@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from dnnprof.runs.sweep import BatchSearch, Observation, parse_batch_sizes, parse_size, trial_bound
-from dnnprof.runs.sweep.classify import (
+from dnnprof.collect.trial_failure import (
     allocator_state,
     classify_exception,
     classify_exit,
     last_error_line,
     requested_bytes,
 )
+from dnnprof.runs.sweep import BatchSearch, Observation, parse_batch_sizes, parse_size, trial_bound
 from dnnprof.runs.sweep.runner import observation
 from dnnprof.runs.sweep.spec import SweepSpecError, parse_choices, parse_profile_points
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,18 @@ SAMPLES_FILE = "samples.json"
 ENV_RUN_DIR = "DNNPROF_RUN_DIR"
 ENV_OWNER = "DNNPROF_OWNER_PID"
 ENV_PKG_ROOT = "DNNPROF_PKG_ROOT"
+#: The one bootstrap directory (holds only ``sitecustomize.py``): put first on a child's PYTHONPATH by ``dnnprof
+#: run`` and ``dnnprof sweep``; it starts the installers whose variables are set (see its ``INSTALLERS``).
+BOOT_DIR = Path(__file__).resolve().parent / "_boot"
+
+
+def with_boot(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the bootstrap first on PYTHONPATH (once) and the package root it falls back to (changed in place)."""
+    old = env.get("PYTHONPATH")
+    parts = [p for p in old.split(os.pathsep) if p != str(BOOT_DIR)] if old else []
+    env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), *parts])
+    env[ENV_PKG_ROOT] = str(Path(__file__).resolve().parents[2])  # the folder that holds the dnnprof package
+    return env
 
 
 @dataclass

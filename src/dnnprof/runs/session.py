@@ -23,14 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import dnnprof
-from dnnprof import collect
 from dnnprof.collect.bootstrap import BOOT_ERROR_FILE, OWNER_FILE
 from dnnprof.collect.config import (
     CONFIG_FILE,
     ENV_OWNER,
-    ENV_PKG_ROOT,
     ENV_RUN_DIR,
     CollectorConfig,
+    with_boot,
     write_json_atomic,
 )
 from dnnprof.collect.lifeline import die_with_parent
@@ -38,20 +37,14 @@ from dnnprof.model.run_format import CHILD_ERROR_FILE as CHILD_ERROR_FILE
 from dnnprof.runs.result import RunResult
 from dnnprof.runs.rundir import RUNS_ROOT, RunDir, git_info, name_from_command
 
-#: Put first on the profiled command's PYTHONPATH; holds only ``sitecustomize.py``.
-BOOT_DIR = Path(collect.__file__).resolve().parent / "_boot"  # the profiled process's bootstrap
-
 #: How long dnnprof waits after a Ctrl-C for the child to start flushing before forwarding the signal.
 FORWARD_AFTER_S = 0.5
 
 
 def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of the profiled command: bootstrap first on PYTHONPATH, the run directory to write to."""
-    env = dict(os.environ if base is None else base)
-    boot = str(BOOT_DIR)
-    env["PYTHONPATH"] = boot + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = with_boot(dict(os.environ if base is None else base))
     env[ENV_RUN_DIR] = str(run_dir)
-    env[ENV_PKG_ROOT] = os.path.dirname(os.path.dirname(os.path.abspath(dnnprof.__file__)))
     env.pop(ENV_OWNER, None)
     # Tear CUPTI down after each profiler session: left attached it slows the rest of the run by 10-20%
     # (pytorch/pytorch#144455). torch.compile turns this off itself where CUDA graphs need it.

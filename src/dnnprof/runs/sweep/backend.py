@@ -3,7 +3,8 @@
 Two kinds of trial, each a separate process:
 
 * ``probe`` — fits or not, and how fast, without a profiler. A workload runs in ``dnnprof.runs.sweep.probe``;
-  a script runs as is, with ``hooks`` (via ``_boot/sitecustomize.py``) timing its steps and reading its peaks.
+  a script runs as is, with ``collect/trial_hooks`` (started by ``collect/_boot/sitecustomize.py``) timing its
+  steps and reading its peaks.
 * ``profile`` — ``dnnprof profile WORKLOAD …`` or ``dnnprof run … -- SCRIPT``, treated as a black box: the point's
   kernels, phases, GPU busy %, NVML/GPM and memory come from the run directory's ``summary.json``.
 
@@ -20,14 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import dnnprof
+from dnnprof.collect.config import with_boot
+from dnnprof.collect.trial_failure import classify_exit, classify_text, last_error_line
 from dnnprof.runs.sweep import spec as S
-from dnnprof.runs.sweep.classify import classify_exit, classify_text, last_error_line
 from dnnprof.runs.sweep.limits import address_space_limiter, host_total_bytes
 from dnnprof.runs.sweep.stats import percentile
 from dnnprof.runs.sweep.trial import Finished
 
-BOOT_DIR = Path(__file__).resolve().parent / "_boot"
 #: Kernels kept per profiled point.
 TOP_KERNELS = 10
 #: ``dnnprof profile/run`` need two unprofiled steps before the window.
@@ -80,8 +80,7 @@ def _env(spec: S.SweepSpec, plan: Plan, folder: Path, boot: bool) -> dict[str, s
     if boot:
         env["DNNPROF_SWEEP_TRIAL"] = plan.id
         env["DNNPROF_SWEEP_RESULT"] = str(folder / "script.json")
-        env["DNNPROF_SWEEP_PKG_ROOT"] = os.path.dirname(os.path.dirname(os.path.abspath(dnnprof.__file__)))
-        env["PYTHONPATH"] = str(BOOT_DIR) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        with_boot(env)
     return env
 
 
@@ -100,7 +99,8 @@ def command(spec: S.SweepSpec, plan: Plan, folder: Path) -> tuple[list[str], dic
               "device": spec.device, "steps": spec.steps}
     limit = cpu_limit_bytes(spec)
     # Probes: the limit binds the trial process from its first instruction. Profile trials: only the processes
-    # that import torch (hooks.py), so dnnprof's own parent process, which builds the profile, is not limited.
+    # that import torch (collect/trial_hooks.py), so dnnprof's own parent process, which builds the profile, is
+    # not limited.
     preexec = address_space_limiter(limit) if limit and plan.kind == "probe" else None
     py = sys.executable
     if plan.kind == "probe" and t.kind == "workload":

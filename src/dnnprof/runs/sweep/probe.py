@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dnnprof.runs.sweep.classify import Failure, classify_exception
-from dnnprof.runs.sweep.limits import apply_cuda_limit, host_memory_peaks
-from dnnprof.runs.sweep.spec import MemoryLimit
+from dnnprof.collect.limits import MemoryLimit, apply_cuda_limit, host_memory_peaks
+from dnnprof.collect.trial_failure import Failure, classify_exception
 from dnnprof.runs.sweep.stats import percentile
 
 FORMAT = "dnnprof.sweep.probe/1"

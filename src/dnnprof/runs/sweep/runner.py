@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnnprof.collect.lifeline import end_stale_groups
+from dnnprof.collect.trial_failure import allocator_state, requested_bytes
 from dnnprof.runs.sweep import backend
 from dnnprof.runs.sweep.backend import Plan
-from dnnprof.runs.sweep.classify import allocator_state, requested_bytes
 from dnnprof.runs.sweep.search import BatchSearch, Observation
 from dnnprof.runs.sweep.spec import CPU_UNSUPPORTED, SweepSpec, trial_bound
 from dnnprof.runs.sweep.store import TRIALS_DIR, SweepStore

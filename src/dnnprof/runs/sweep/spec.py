@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dnnprof.collect.limits import MemoryLimit as MemoryLimit  # parsed here, applied in the trial process
 from dnnprof.workloads.registry import MODES, PRECISIONS, get_spec
 
 #: Largest batch ``auto`` tries when nothing runs out first (``--max-batch-size``).
@@ -40,38 +41,6 @@ _UNITS = {
 
 class SweepSpecError(ValueError):
     """A sweep option that cannot be used; the message names the option and what is allowed."""
-
-
-@dataclass(frozen=True)
-class MemoryLimit:
-    """``--memory-limit``: an absolute size or a share of the device's memory.
-
-    Attributes:
-        text: what the user wrote (``16GiB``, ``50%``).
-        bytes: the size, or None for a share.
-        fraction: the share of the device's (GPU) or machine's (CPU) memory, or None for a size.
-    """
-
-    text: str
-    bytes: int | None = None
-    fraction: float | None = None
-
-    def resolve(self, total_bytes: int) -> int:
-        """The limit in bytes on a device with ``total_bytes`` of memory."""
-        if self.bytes is not None:
-            return self.bytes
-        return int((self.fraction or 1.0) * total_bytes)
-
-    def to_env(self) -> str:
-        """Compact form passed to trial processes (``bytes:N`` or ``fraction:F``)."""
-        return f"bytes:{self.bytes}" if self.bytes is not None else f"fraction:{self.fraction}"
-
-    @classmethod
-    def from_env(cls, value: str) -> MemoryLimit:
-        kind, _, num = value.partition(":")
-        if kind == "bytes":
-            return cls(value, bytes=int(num))
-        return cls(value, fraction=float(num))
 
 
 def parse_size(text: str) -> MemoryLimit:

@@ -1,7 +1,8 @@
 """What went wrong in a trial: out-of-memory (of which memory), a CUDA error, a crash, a hang (pure).
 
-Used twice: inside a probe on the exception it caught, and in the sweep on a child's exit status and the tail of
-its stderr, for children that died before they could say (killed by the kernel, aborted by C++, a script).
+Used twice: inside the trial process (a probe, or the trial hooks of a script) on the exception it caught, and in
+the sweep on a child's exit status and the tail of its stderr, for children that died before they could say (killed
+by the kernel, aborted by C++, a script). It sits in ``collect/`` because the trial process imports it.
 """
 
 from __future__ import annotations

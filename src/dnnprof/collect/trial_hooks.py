@@ -1,6 +1,6 @@
 """Inside a script or profile trial: apply ``--memory-limit`` when torch loads, time steps, report at exit.
 
-Installed by ``_boot/sitecustomize.py`` when ``DNNPROF_SWEEP_TRIAL`` is set. The first process of the trial that
+Installed by ``collect/_boot/sitecustomize.py`` when ``DNNPROF_SWEEP_TRIAL`` is set (by ``dnnprof sweep``). The first process of the trial that
 imports torch is its *owner* and writes ``DNNPROF_SWEEP_RESULT`` at exit (DataLoader workers and other helpers never
 do); in a command that never imports torch, the first process to exit reports its exception and host memory.
 
@@ -134,8 +134,7 @@ def _apply_limit(torch: ModuleType) -> None:
     device = os.environ.get("DNNPROF_DEVICE", "cuda")
     if not text or device != "cuda":
         return
-    from dnnprof.runs.sweep.limits import apply_cuda_limit
-    from dnnprof.runs.sweep.spec import MemoryLimit
+    from dnnprof.collect.limits import MemoryLimit, apply_cuda_limit
 
     limit = MemoryLimit.from_env(text)
 
@@ -156,8 +155,8 @@ def _write(result: Path) -> None:
     st = _state
     if st is None:
         return
-    from dnnprof.runs.sweep.classify import classify_exception
-    from dnnprof.runs.sweep.limits import host_memory_peaks
+    from dnnprof.collect.limits import host_memory_peaks
+    from dnnprof.collect.trial_failure import classify_exception
 
     warmup = int(os.environ.get(ENV_WARMUP, "1") or 1)
     explicit = bool(st.explicit_ns)
