@@ -187,3 +187,22 @@ def test_usage_errors_print_click_s_message_not_a_traceback(argv: list[str], cap
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "Error" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("path", [CPU_MLP, Path(__file__).parent / "data" / "run_user_h100" / "cuda_fp16"],
+                         ids=["kineto", "run-dir"])
+def test_analyze_asks_what_the_input_is_once(tmp_path: Path, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dnnprof.ingest.detect as detect
+    import dnnprof.runs.report as report
+
+    calls: list[Path] = []
+    original = detect.kind_of
+
+    def counting(p: Path) -> str:
+        calls.append(Path(p))
+        return original(p)
+
+    monkeypatch.setattr(detect, "kind_of", counting)
+    monkeypatch.setattr(report, "kind_of", counting)
+    assert main(["analyze", str(path), "--json", str(tmp_path / "s.json"), "--quiet"]) == 0
+    assert calls == [path]

@@ -61,7 +61,7 @@ def analyze(
 
         report_nvprof_summary(trace, json_out, top, quiet)
         return
-    analysis, doc = analysed(trace, rank)
+    analysis, doc = analysed(trace, rank, kind)
     try:
         if save is not None:
             analysis.profile.save(save, force=force)

@@ -21,14 +21,15 @@ def open_source(path: Path) -> Any:
         raise UserError(str(e)) from None
 
 
-def analysed(path: Path, rank: int | None = None) -> tuple[Any, dict[str, Any]]:
+def analysed(path: Path, rank: int | None = None, kind: str | None = None) -> tuple[Any, dict[str, Any]]:
     """The :class:`~dnnprof.analysis.summary.Analysis` of one rank of ``path`` and its summary document with the
-    findings. ``rank`` None: the only rank of a single-rank input (a cluster job's rank-34 file), else rank 0."""
+    findings. ``rank`` None: the only rank of a single-rank input (a cluster job's rank-34 file), else rank 0.
+    ``kind``: ``ingest.detect.kind_of(path)`` when the caller asked already."""
     from dnnprof.ingest.errors import TraceError
     from dnnprof.runs.report import ReportError, report_path
 
     try:
-        return report_path(path, rank)
+        return report_path(path, rank, kind)
     except (TraceError, ReportError) as e:
         raise UserError(str(e)) from None
 

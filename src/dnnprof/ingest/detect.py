@@ -93,13 +93,16 @@ def trace_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(_TRACE_SUFFIXES))
 
 
-def open_profile(path: str | Path) -> Profile:
-    """A canonical Profile from a trace file, a folder of per-rank traces, a saved profile or a run directory."""
+def open_profile(path: str | Path, kind: str | None = None) -> Profile:
+    """A canonical Profile from a trace file, a folder of per-rank traces, a saved profile or a run directory.
+
+    ``kind``: what :func:`kind_of` said of ``path`` when the caller already asked (it is not asked again).
+    """
     from dnnprof.ingest.kineto import read_kineto
     from dnnprof.ingest.ranks import merge_ranks
 
     p = Path(path)
-    kind = kind_of(p)
+    kind = kind_of(p) if kind is None else kind
     try:
         if kind == "profile":
             return Profile.load(p)

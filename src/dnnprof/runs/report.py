@@ -50,9 +50,10 @@ def report(profile: Profile, rank: int | None = None,
     return analysis, with_findings(analysis, summary_document(analysis, extras))
 
 
-def run_extras(path: Path) -> dict[str, Any] | None:
+def run_extras(path: Path, kind: str | None = None) -> dict[str, Any] | None:
     """What a run directory's summary.json adds to the analysis (throughput, samples, memory, overhead, host
     hotspots, run settings), rebuilt from its files as ``dnnprof run`` built it; None for any other input.
+    ``kind``: :func:`~dnnprof.ingest.detect.kind_of` of ``path`` when the caller knows it already.
 
     Raises:
         dnnprof.ingest.errors.TraceError: one of the run's files is damaged (named, one line).
@@ -62,7 +63,7 @@ def run_extras(path: Path) -> dict[str, Any] | None:
     from dnnprof.ingest.run_files import check_run_dir
     from dnnprof.runs.finish import run_dir_extras
 
-    if kind_of(path) not in ("run", "run-raw"):
+    if (kind_of(path) if kind is None else kind) not in ("run", "run-raw"):
         return None
     check_run_dir(path)  # the files the run's extras come from, type-checked: a damaged one is one line
     try:
@@ -71,15 +72,17 @@ def run_extras(path: Path) -> dict[str, Any] | None:
         raise ReportError(f"{path}: {e}") from None
 
 
-def report_path(path: Path, rank: int | None = None) -> tuple[Analysis, dict[str, Any]]:
+def report_path(path: Path, rank: int | None = None, kind: str | None = None) -> tuple[Analysis, dict[str, Any]]:
     """:func:`report` of anything ``analyze`` reads; a run directory adds what the run measured beside its trace.
+    ``kind``: :func:`~dnnprof.ingest.detect.kind_of` of ``path`` when the caller knows it already (else asked once).
 
     Raises:
         dnnprof.ingest.errors.TraceError: the input cannot be read.
         ReportError: no such rank, or the run directory's own files cannot be read.
     """
-    profile = open_profile(path)
-    extras = run_extras(path)
+    kind = kind_of(path) if kind is None else kind
+    profile = open_profile(path, kind)
+    extras = run_extras(path, kind)
     try:
         return report(profile, rank, extras)
     except ReportError as e:
