@@ -48,3 +48,16 @@ def test_every_command_keeps_its_option_names() -> None:
         GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     assert got == json.loads(GOLDEN.read_text()), ("CLI options changed: rerun with DNNPROF_REGOLD=1 and review "
                                                    "the diff (renaming or dropping one breaks users' scripts)")
+
+
+def test_shared_options_read_the_same_in_every_command() -> None:
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    for command in ("analyze", "diff"):
+        result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "400", "NO_COLOR": "1", "TERM": "dumb"})
+        assert result.exit_code == 0
+        text = " ".join(result.output.split())
+        # rich's help formatting once dropped this bracket as a style tag
+        assert "[default: the only rank of a single-rank trace, else 0]" in text, command
+        assert "Only errors and notes: no report or progress on the terminal" in text, command

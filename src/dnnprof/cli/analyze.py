@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from dnnprof.cli import options as opt
 from dnnprof.cli.errors import UserError
 
 
@@ -14,8 +15,8 @@ def analyze(
                                            "profile, a dnnprof run directory, an Nsight Systems SQLite export or "
                                            ".nsys-rep report, an Nsight Compute CSV, or an "
                                            "nvprof --csv CSV (--print-gpu-trace or --print-summary).", show_default=False),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the dnnprof.summary/1 JSON here ('-' = stdout)."),
-    top: int = typer.Option(15, "--top", min=1, help="Rows to show in each table."),
+    json_out: Path | None = opt.json_out("dnnprof.summary/1"),
+    top: int = opt.top(15),
     save: Path | None = typer.Option(None, "--save", help="Save the canonical profile (Parquet) in this folder: a "
                                                            "new or empty one, or a profile saved earlier (replaced "
                                                            "atomically). Anything else is refused."),
@@ -26,9 +27,8 @@ def analyze(
                                                                   ".json.gz), every rank: host ops, GPU streams "
                                                                   "named by layer, launch flows, steps, counter "
                                                                   "tracks."),
-    rank: int | None = typer.Option(None, "--rank", help="Rank to report on in a multi-GPU trace [default: the only rank of a single-rank trace, else 0].", show_default=False),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json, --html, --perfetto "
-                                                             "or --save)."),
+    rank: int | None = opt.rank(),
+    quiet: bool = opt.quiet(),
     force: bool = typer.Option(False, "--force", help="--save may also replace a profile of another dnnprof "
                                                       "version. Never a file or a folder holding anything dnnprof "
                                                       "did not write."),

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from dnnprof.cli import options as opt
 from dnnprof.cli.errors import UserError
 from dnnprof.render.safe_text import clean
 
@@ -97,8 +98,8 @@ def report_ncu_file(path: Path, json_out: Path | None, top: int, quiet: bool, ht
 def counters(
     run: Path = typer.Argument(..., help="A dnnprof run directory (from `dnnprof run` or `dnnprof profile`).",
                                show_default=False),
-    json_out: Path | None = typer.Option(None, "--json", help="Also write the updated summary here ('-' = stdout)."),
-    top: int = typer.Option(15, "--top", min=1, help="Rows to show."),
+    json_out: Path | None = opt.json_out("updated dnnprof.summary/1"),
+    top: int = opt.top(15),
 ) -> None:
     """Nsight Compute counters for an existing run: re-run its command under ncu for one steady step (only the
     kernel signatures that cover most of the GPU time), join them onto every kernel, update the run."""

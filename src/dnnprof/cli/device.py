@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 
+from dnnprof.cli import options as opt
 from dnnprof.cli.errors import UserError
 from dnnprof.model.gpu_specs import PRECISIONS, lookup_gpu
 from dnnprof.model.units import fixed_text
@@ -251,8 +252,9 @@ def register(app: typer.Typer) -> None:
     def device_cmd(
         measure: bool = typer.Option(False, "--measure", help="Measure copy bandwidth and GEMM rates (cached)."),
         refresh: bool = typer.Option(False, "--refresh", help="With --measure: measure again, ignore the cache."),
+        # An index here; `profile`/`sweep --device` name a kind of device (cuda, cpu).
         index: int = typer.Option(0, "--device", "-d", help="CUDA device index."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+        as_json: bool = opt.json_flag(),
     ) -> None:
         """Device properties, spec-sheet peaks per precision, and measured bandwidth/GEMM rates."""
         props = probe_device(index)

@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from dnnprof.cli import options as opt
 from dnnprof.cli.errors import UserError
 
 
@@ -38,10 +39,10 @@ def diff(
     base: Path = typer.Argument(..., help="The earlier run: a trace, run directory, saved profile or summary JSON.",
                                 show_default=False),
     new: Path = typer.Argument(..., help="The later run, in any of the same forms.", show_default=False),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the dnnprof.diff/1 JSON here ('-' = stdout)."),
-    top: int = typer.Option(10, "--top", min=1, help="Rows to show in each table."),
-    rank: int | None = typer.Option(None, "--rank", help="Rank to compare in multi-GPU traces [default: the only rank of a single-rank trace, else 0].", show_default=False),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal report (with --json)."),
+    json_out: Path | None = opt.json_out("dnnprof.diff/1"),
+    top: int = opt.top(10),
+    rank: int | None = opt.rank(),
+    quiet: bool = opt.quiet(),
 ) -> None:
     """Compare two runs: step time, throughput, GPU busy, and the families, layers, kernels and findings that
     changed most, per step."""

@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from dnnprof.cli import options as opt
 from dnnprof.cli.errors import UserError
 
 #: Keys a ``--batch`` line may carry: required ones, then optional ones with their defaults.
@@ -51,7 +52,7 @@ def register(app: typer.Typer) -> None:
         barriers: int = typer.Option(
             1, "--barriers", help="Named barriers per block (sm_90+; __syncthreads = 1)."
         ),
-        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+        as_json: bool = opt.json_flag(),
         batch: str | None = typer.Option(
             None,
             "--batch",

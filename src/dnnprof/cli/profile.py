@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from dnnprof.cli import options as opt
 from dnnprof.cli.errors import UserError
 
 
@@ -26,9 +27,10 @@ def profile(
     precision: str | None = typer.Option(None, "--precision",
                                          help="fp64|fp32|tf32|fp16|bf16|amp-fp16|amp-bf16 (default fp32)."),
     mode: str | None = typer.Option(None, "--mode", help="train|infer (default train)."),
+    # Not sweep's --device (auto by default) nor device's --device (an index): a workload knob, None = its default.
     device: str | None = typer.Option(None, "--device", help="cuda|cpu (default cuda)."),
-    steps: int = typer.Option(10, "--steps", help="Steps in the profiled window."),
-    warmup_steps: int = typer.Option(5, "--warmup-steps", help="Unprofiled steps first (>= 2)."),
+    steps: int = opt.steps(),
+    warmup_steps: int = opt.warmup_steps(),
     num_workers: int | None = typer.Option(None, "--num-workers", help="DataLoader workers (default 2 on cuda, 0 "
                                                                        "on cpu)."),
     pin_memory: bool | None = typer.Option(None, "--pin-memory/--no-pin-memory", help="Pin host batches "
@@ -36,14 +38,12 @@ def profile(
     data: Path | None = typer.Option(None, "--data", help="Folder of real files (.wav, images, .txt) instead of "
                                                           "synthetic data."),
     seed: int | None = typer.Option(None, "--seed", help="Seed for weights and synthetic data."),
-    out: Path | None = typer.Option(None, "--out", help="Run directory (default dnnprof-runs/<name>-<UTC time>)."),
-    full: bool = typer.Option(False, "--full", help="Also shapes, stacks, modules and memory events (2 steps after "
-                                                     "the timed ones, joined onto them; on a CPU, one window)."),
-    counters: bool = typer.Option(False, "--counters", help="Then run one step under Nsight Compute for hardware "
-                                                             "counters."),
-    no_nvml: bool = typer.Option(False, "--no-nvml", help="Do not sample NVML/GPM."),
-    nvml_period_ms: float = typer.Option(50.0, "--nvml-period-ms", help="NVML/GPM sampling period (5–1000 ms)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and notes."),
+    out: Path | None = opt.run_out(),
+    full: bool = opt.full(),
+    counters: bool = opt.counters(),
+    no_nvml: bool = opt.no_nvml(),
+    nvml_period_ms: float = opt.nvml_period_ms(),
+    quiet: bool = opt.quiet(),
 ) -> None:
     """Profile a built-in workload: model, real DataLoader, train or inference steps, in a child process."""
     from dnnprof.cli.run import capture_config, exit_with, report

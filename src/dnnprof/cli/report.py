@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from dnnprof.cli import options as opt
 from dnnprof.cli.errors import UserError
 from dnnprof.render.safe_text import clean
 
@@ -81,9 +82,10 @@ def check_report_folder(folder: Path) -> None:
 
 def report(
     sweep_dir: Path = typer.Argument(..., help="A directory written by dnnprof sweep.", show_default=False),
+    # A folder for the reports, not a run directory like `run`/`profile --out`.
     out: Path | None = typer.Option(None, "--out", help="Folder for the reports (default: the sweep directory): "
                                                         "new, empty, or one holding an earlier report."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the answers."),
+    quiet: bool = opt.quiet(),
 ) -> None:
     """Answer the four questions of a sweep: bottlenecks, batch size, precision, training vs inference."""
     paths = write_reports(sweep_dir, out)

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from dnnprof.cli import options as opt
 from dnnprof.cli.errors import UserError
 from dnnprof.render.safe_text import clean
 
@@ -119,22 +120,19 @@ def report(result: Any, quiet: bool = False) -> None:
 
 def run(
     ctx: typer.Context,
-    warmup_steps: int = typer.Option(5, "--warmup-steps", help="Unprofiled steps before the window (>= 2)."),
-    steps: int = typer.Option(10, "--steps", help="Steps in the profiled window."),
-    out: Path | None = typer.Option(None, "--out", help="Run directory (default dnnprof-runs/<name>-<UTC time>)."),
+    warmup_steps: int = opt.warmup_steps(),
+    steps: int = opt.steps(),
+    out: Path | None = opt.run_out(),
     name: str | None = typer.Option(None, "--name", help="Run name (default: the script's name)."),
-    full: bool = typer.Option(False, "--full", help="Also shapes, stacks, modules and memory events, recorded in "
-                                                     "2 steps after the timed ones and joined onto them (on a "
-                                                     "GPU; without one, a single window)."),
-    counters: bool = typer.Option(False, "--counters", help="Then run the command again under Nsight Compute "
-                                                             "for hardware counters of one step."),
+    full: bool = opt.full(),
+    counters: bool = opt.counters(),
     step_marker: str | None = typer.Option(None, "--step-marker", help="record_function/NVTX range name that ends "
                                                                        "each iteration (default: optimizer steps)."),
     stop_after_profile: bool = typer.Option(False, "--stop-after-profile", help="End the script once the profile "
                                                                                 "is collected."),
-    no_nvml: bool = typer.Option(False, "--no-nvml", help="Do not sample NVML/GPM."),
-    nvml_period_ms: float = typer.Option(50.0, "--nvml-period-ms", help="NVML/GPM sampling period (5–1000 ms)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and notes."),
+    no_nvml: bool = opt.no_nvml(),
+    nvml_period_ms: float = opt.nvml_period_ms(),
+    quiet: bool = opt.quiet(),
 ) -> None:
     """Profile an unmodified script: dnnprof run [OPTIONS] -- python train.py ARGS…
 

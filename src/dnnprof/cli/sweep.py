@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from dnnprof.cli import options as opt
 from dnnprof.cli.errors import UserError
 from dnnprof.render.safe_text import clean
 
@@ -25,6 +26,8 @@ def sweep(
     precisions: str = typer.Option("fp32", "--precisions", help="Comma list of fp64,fp32,tf32,fp16,bf16,amp-fp16,"
                                                                 "amp-bf16."),
     modes: str = typer.Option("train", "--modes", help="Comma list of train,infer."),
+    # Its own --device (auto by default), --counters (profiled points only), --out (a sweep directory), --steps
+    # and --warmup-steps (timed and untimed steps of every trial, not a profiler window): other meanings.
     device: str = typer.Option("auto", "--device", help="cuda, cpu, or auto (cuda when an NVIDIA GPU is present)."),
     memory_limit: str | None = typer.Option(None, "--memory-limit", help="Memory each trial may use: 16GiB, 8GB, "
                                                                         "50%%. GPU: allocator cap; CPU: address "
@@ -46,7 +49,7 @@ def sweep(
     time_budget: float | None = typer.Option(None, "--time-budget", help="Start no trial after this many "
                                                                          "seconds (re-run to continue)."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.md/.html/.json at the end."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-trial progress lines."),
+    quiet: bool = opt.quiet(),
 ) -> None:
     """Sweep batch size (to the largest that fits), precision and train/infer; every point in its own process.
 

@@ -6,10 +6,12 @@ import json
 
 import typer
 
+from dnnprof.cli import options as opt
+
 
 def workloads(
     tiny: bool = typer.Option(True, "--tiny/--no-tiny", help="Include the -tiny CPU variants."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    as_json: bool = opt.json_flag(),
 ) -> None:
     """List the workloads `dnnprof profile` runs, with their defaults, units and knobs."""
     from dnnprof.workloads.config import knob_rows
