@@ -29,9 +29,9 @@ def top(default: int) -> Any:
 
 def rank() -> Any:
     """``--rank``: which rank of a multi-GPU trace."""
-    # The bracket is escaped: rich's help formatting would take "[default: …]" for a style tag and drop it.
+    # Plain help (click's formatter, cli/main.py): rich's would take "[default: …]" for a style tag and drop it.
     return typer.Option(None, "--rank", show_default=False,
-                        help="Rank of a multi-GPU trace to report on \\[default: the only rank of a single-rank "
+                        help="Rank of a multi-GPU trace to report on [default: the only rank of a single-rank "
                              "trace, else 0].")
 
 
