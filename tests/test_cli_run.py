@@ -228,7 +228,7 @@ def test_gpu_lightning_script(tmp_path: Path) -> None:
 
 def test_a_run_still_warming_up_is_told_to_warm_up_longer() -> None:
     """resnet50 inference on an H100 with 3 warm-up steps: 7.37 ms per step before the windows, 5.28 ms after."""
-    from dnnprof.cli.run import warmup_hint
+    from dnnprof.render.run_lines import warmup_hint
 
     hint = warmup_hint({"baseline_before": {"median_us": 7366.028}, "baseline_after": {"median_us": 5276.678}})
     assert "7.37 ms before" in hint and "5.28 ms after" in hint and "still warming up" in hint

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dnnprof.analysis import run_metrics as metrics
-from dnnprof.cli.run import throughput_line
+from dnnprof.render.run_lines import throughput_line
 
 MS = 1_000_000
 
