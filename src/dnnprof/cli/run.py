@@ -54,6 +54,10 @@ def run(
     no_nvml: bool = opt.no_nvml(),
     nvml_period_ms: float = opt.nvml_period_ms(),
     quiet: bool = opt.quiet(),
+    ranks: str | None = typer.Option(None, "--ranks", help="Ranks of a multi-process job to profile: 'all' "
+                                                            "(default) or a list such as 0,3."),
+    nproc: int | None = typer.Option(None, "--nproc", help="Start the Python command as N processes under "
+                                                           "torchrun (one per rank)."),
 ) -> None:
     """Profile an unmodified script: dnnprof run [OPTIONS] -- python train.py ARGS…
 
@@ -72,7 +76,7 @@ def run(
                          step_marker=step_marker, stop_after_profile=stop_after_profile, nvml=not no_nvml,
                          nvml_period_ms=nvml_period_ms)
     try:
-        result = run_command(command, cfg, name=name, out=out)
+        result = run_command(command, cfg, name=name, out=out, ranks=ranks, nproc=nproc)
     except (RunDirError, FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
     report(result, quiet)

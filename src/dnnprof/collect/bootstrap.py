@@ -91,8 +91,42 @@ def _claim(run_dir: Path) -> bool:
 #: ``__main__`` modules of launchers that start one worker process per rank and train in none of their own.
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 LAUNCHER_SCRIPTS = ("torchrun",)
-#: Which rank of a multi-process job is profiled (``RANK`` of the worker), default 0.
+#: Which rank of a multi-process job is profiled (``RANK`` of the worker), default 0: one rank, written into the run
+#: directory itself, as before ``DNNPROF_RANKS`` existed. Set, it wins over ``DNNPROF_RANKS``.
 ENV_PROFILE_RANK = "DNNPROF_PROFILE_RANK"
+#: Which ranks of a multi-process job are profiled, each into ``rank<N>/`` of the run: ``all`` or ``0,3``
+#: (``dnnprof run`` sets it; ``--ranks``).
+ENV_RANKS = "DNNPROF_RANKS"
+
+
+def parse_ranks(spec: str) -> set[int] | None:
+    """``all`` → None (every rank); ``0,3`` → {0, 3}.
+
+    Raises:
+        ValueError: not ``all`` nor a comma-separated list of ranks ≥ 0.
+    """
+    spec = spec.strip()
+    if spec.lower() == "all":
+        return None
+    try:
+        ranks = {int(x) for x in spec.split(",") if x.strip()}
+    except ValueError:
+        raise ValueError(f"--ranks {spec!r}: give 'all' or ranks separated by commas (0,3)") from None
+    if not ranks or min(ranks) < 0:
+        raise ValueError(f"--ranks {spec!r}: give 'all' or ranks ≥ 0 separated by commas (0,3)")
+    return ranks
+
+
+def rank_dir(run_dir: Path, environ: Any = None) -> Path:
+    """Where this process writes: ``rank<N>/`` of the run for a worker profiled under ``DNNPROF_RANKS``, the run
+    directory itself otherwise (one process, or ``DNNPROF_PROFILE_RANK``)."""
+    from dnnprof.model.run_format import rank_subdir
+
+    env = os.environ if environ is None else environ
+    rank = (env.get("RANK") or "").strip()
+    if rank.isdigit() and env.get(ENV_PROFILE_RANK) is None and env.get(ENV_RANKS):
+        return run_dir / rank_subdir(int(rank))
+    return run_dir
 
 
 def process_role(environ: Any = None, argv: list[str] | None = None, main_name: str | None = None) -> str:
@@ -112,7 +146,15 @@ def process_role(environ: Any = None, argv: list[str] | None = None, main_name: 
             script in ("run.py", "launch.py") and os.path.join("torch", "distributed") in argv[0]):
         return "launcher"
     rank = env.get("RANK")
-    if rank is not None and rank.strip() != env.get(ENV_PROFILE_RANK, "0").strip():
+    if rank is None:
+        return "profiled"
+    if env.get(ENV_PROFILE_RANK) is None and env.get(ENV_RANKS):
+        try:
+            wanted = parse_ranks(env[ENV_RANKS])
+        except ValueError:
+            wanted = {0}
+        return "profiled" if wanted is None or (rank.strip().isdigit() and int(rank) in wanted) else "other_rank"
+    if rank.strip() != env.get(ENV_PROFILE_RANK, "0").strip():
         return "other_rank"
     return "profiled"
 
@@ -121,8 +163,9 @@ def activate(torch: ModuleType, run_dir: Path) -> None:
     """Create the controller, hook it into torch and into interpreter exit.
 
     Under a multi-process launcher (``dnnprof run -- torchrun --nproc-per-node 8 train.py``) the launcher stands
-    aside and lets its workers through; the worker whose ``RANK`` is ``DNNPROF_PROFILE_RANK`` (default 0) is
-    profiled, the others run as they would without dnnprof.
+    aside and lets its workers through; every worker whose ``RANK`` is in ``DNNPROF_RANKS`` is profiled into
+    ``rank<N>/`` of the run (or, with ``DNNPROF_PROFILE_RANK`` set, only that rank, into the run directory), the
+    others run as they would without dnnprof.
     """
     global _controller
     if _controller is not None:
@@ -131,15 +174,20 @@ def activate(torch: ModuleType, run_dir: Path) -> None:
     if role == "launcher":
         os.environ.pop(ENV_OWNER, None)  # the workers it starts are candidates, not children of the profiled one
         return
-    if role == "other_rank" or not _claim(run_dir):
+    if role == "other_rank":
+        return
+    out_dir = rank_dir(run_dir)
+    if out_dir != run_dir:
+        out_dir.mkdir(exist_ok=True)
+    if not _claim(out_dir):
         return
     try:
         from dnnprof.collect.controller import Controller
 
-        ctl = Controller(torch, run_dir, CollectorConfig.load(run_dir))
+        ctl = Controller(torch, out_dir, CollectorConfig.load(run_dir))
         ctl.install()
     except Exception as e:  # noqa: BLE001 - never break the user's script; say why profiling is off
-        (run_dir / BOOT_ERROR_FILE).write_text(f"{type(e).__name__}: {e}\n")
+        (out_dir / BOOT_ERROR_FILE).write_text(f"{type(e).__name__}: {e}\n")
         print(f"dnnprof: collector failed to start ({type(e).__name__}: {e}); the script runs unprofiled",
               file=sys.stderr)
         return

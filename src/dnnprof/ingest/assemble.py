@@ -91,8 +91,8 @@ def relabel_module_ranges(profile: Profile) -> int:
     return int(sel.sum())
 
 
-def _read(run_dir: Path, window: dict[str, Any]) -> Profile:
-    profile = read_kineto(run_dir / window["trace"])
+def _read(run_dir: Path, window: dict[str, Any], rank: int | None = None) -> Profile:
+    profile = read_kineto(run_dir / window["trace"], rank=rank)
     relabel_module_ranges(profile)
     return profile
 
@@ -187,8 +187,10 @@ def add_samples(profile: Profile, columns: dict[str, Any], offset: int, lo_ns: i
     return int(keep.size)
 
 
-def assemble(run_dir: Path, col: dict[str, Any]) -> tuple[Profile, dict[str, Any]]:
+def assemble(run_dir: Path, col: dict[str, Any], rank: int | None = None) -> tuple[Profile, dict[str, Any]]:
     """The canonical profile of a run and a description of how it was put together.
+
+    ``rank``: the rank its rows get (default: the trace's ``distributedInfo.rank``, else 0).
 
     Raises:
         AssembleError: the collector recorded no trace (too few steps, or nothing ran).
@@ -197,7 +199,7 @@ def assemble(run_dir: Path, col: dict[str, Any]) -> tuple[Profile, dict[str, Any
     windows = {w["kind"]: w for w in col.get("windows", []) if w.get("trace")}
     info: dict[str, Any] = {"windows": sorted(windows)}
     if "timing" in windows:
-        profile = _read(run_dir, windows["timing"])
+        profile = _read(run_dir, windows["timing"], rank)
         info["clock"] = clock = clock_offset(profile, windows["timing"].get("clock_probe", {}))
         if profile.tables["steps"]["number"].size:
             info["timed_steps"] = profile.tables["steps"]["number"].tolist()
@@ -208,7 +210,7 @@ def assemble(run_dir: Path, col: dict[str, Any]) -> tuple[Profile, dict[str, Any
             info["invalid"] = broken
         detail = next((k for k in ("attribution", "full") if k in windows), None)
         if detail is not None:
-            attrib = _read(run_dir, windows[detail])
+            attrib = _read(run_dir, windows[detail], rank)
             info["attribution_clock"] = clock_offset(attrib, windows[detail].get("clock_probe", {}))
             attrib.meta["base_time_ns"] = int(attrib.meta.get("base_time_ns", 0)) + (
                 clock["offset_ns"] - info["attribution_clock"]["offset_ns"])
@@ -228,7 +230,7 @@ def assemble(run_dir: Path, col: dict[str, Any]) -> tuple[Profile, dict[str, Any
                     for d in dropped))
     elif windows:
         kind = next(k for k in ("full", "cpu", "whole_run") if k in windows)
-        profile = _read(run_dir, windows[kind])
+        profile = _read(run_dir, windows[kind], rank)
         info["clock"] = clock_offset(profile, windows[kind].get("clock_probe", {}))
         if kind == "whole_run":
             _whole_trace_step(profile)

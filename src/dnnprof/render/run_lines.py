@@ -82,7 +82,11 @@ def run_lines(result: Any, quiet: bool = False) -> list[str]:
         where = ", ".join(f"{Path(h['file']).name}:{h['line']} {h['function']} ({h['pct']:.0f}%)" for h in hot)
         say(f"host time{f' (GPU busy only {busy}%)' if busy is not None else ''} went to: {where}")
     dist = (result.meta.get("environment") or {}).get("distributed") or {}
-    if dist.get("rank") is not None:
+    if result.meta.get("profiled_ranks"):
+        listed = ",".join(str(r) for r in result.meta["profiled_ranks"])
+        say(f"profiled ranks {listed} of {dist.get('world_size') or '?'}, each in rank<N>/ of the run directory "
+            f"(this summary: rank {result.meta.get('summary_rank')}; dnnprof analyze RUN --rank N for another)")
+    elif dist.get("rank") is not None:
         say(f"profiled rank {dist['rank']} of {dist.get('world_size') or '?'} (the other ranks ran unprofiled; "
             "DNNPROF_PROFILE_RANK=N picks another)")
     att = (result.meta.get("capture") or {}).get("attribution") or {}

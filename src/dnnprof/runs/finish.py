@@ -14,6 +14,7 @@ from dnnprof.analysis.summary import analyse
 from dnnprof.collect.config import CONFIG_FILE, CollectorConfig, write_json_atomic
 from dnnprof.ingest.assemble import AssembleError, assemble, load_collector
 from dnnprof.ingest.errors import TraceError
+from dnnprof.model.run_format import rank_of_subdir
 from dnnprof.runs.report import summary_document, with_findings
 from dnnprof.runs.result import RunResult
 from dnnprof.runs.rundir import RunDir
@@ -92,15 +93,18 @@ def run_dir_extras(run_dir: Path) -> dict[str, Any] | None:
     if col is None:
         return None
     meta: dict[str, Any] = {}
-    if (run_dir / "meta.json").is_file():
+    top = run_dir
+    if rank_of_subdir(run_dir.name) is not None and not (run_dir / "meta.json").is_file():
+        top = run_dir.parent  # a rank of a multi-rank run: the run's own meta.json and settings are one level up
+    if (top / "meta.json").is_file():
         try:
-            meta = json.loads((run_dir / "meta.json").read_text())
+            meta = json.loads((top / "meta.json").read_text())
         except json.JSONDecodeError as e:
-            raise AssembleError(f"{run_dir / 'meta.json'}: unreadable ({e})") from None
+            raise AssembleError(f"{top / 'meta.json'}: unreadable ({e})") from None
     status = meta.get("status") or col.get("status", "partial")
     mode = (meta.get("config") or {}).get("mode")
-    if mode is None and (run_dir / CONFIG_FILE).is_file():
-        mode = CollectorConfig.load(run_dir).mode
+    if mode is None and (top / CONFIG_FILE).is_file():
+        mode = CollectorConfig.load(top).mode
     return summary_extras(col, _samples(run_dir, col), complete=bool(meta.get("complete", status in COMPLETE_STATUSES)),
                           status=status, mode=mode)
 
@@ -131,6 +135,13 @@ def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
     if run_meta.get("child_error"):
         shutil.rmtree(staging, ignore_errors=True)
         raise ChildRefused(run_meta["child_error"])
+    from dnnprof.ingest.assemble_ranks import rank_dirs
+
+    ranks = rank_dirs(staging)
+    if ranks:
+        from dnnprof.runs.finish_ranks import finish_ranks
+
+        return finish_ranks(rd, run_meta, config, ranks, echo=echo)
     reason = ""
     profile = None
     info: dict[str, Any] = {}

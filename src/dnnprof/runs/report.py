@@ -50,9 +50,10 @@ def report(profile: Profile, rank: int | None = None,
     return analysis, with_findings(analysis, summary_document(analysis, extras))
 
 
-def run_extras(path: Path, kind: str | None = None) -> dict[str, Any] | None:
+def run_extras(path: Path, rank: int | None = None, kind: str | None = None) -> dict[str, Any] | None:
     """What a run directory's summary.json adds to the analysis (throughput, samples, memory, overhead, host
-    hotspots, run settings), rebuilt from its files as ``dnnprof run`` built it; None for any other input.
+    hotspots, run settings), rebuilt from its files as ``dnnprof run`` built it; None for any other input. In a
+    multi-rank run they come from ``rank<N>/`` of ``rank`` (default: the lowest profiled rank).
     ``kind``: :func:`~dnnprof.ingest.detect.kind_of` of ``path`` when the caller knows it already.
 
     Raises:
@@ -60,11 +61,15 @@ def run_extras(path: Path, kind: str | None = None) -> dict[str, Any] | None:
         ReportError: the run's collector results cannot be read back.
     """
     from dnnprof.ingest.assemble import AssembleError
+    from dnnprof.ingest.assemble_ranks import rank_dirs
     from dnnprof.ingest.run_files import check_run_dir
     from dnnprof.runs.finish import run_dir_extras
 
     if (kind_of(path) if kind is None else kind) not in ("run", "run-raw"):
         return None
+    ranks = rank_dirs(path)
+    if ranks:
+        path = ranks.get(default_rank(list(ranks)) if rank is None else rank, ranks[min(ranks)])
     check_run_dir(path)  # the files the run's extras come from, type-checked: a damaged one is one line
     try:
         return run_dir_extras(path)
@@ -82,7 +87,7 @@ def report_path(path: Path, rank: int | None = None, kind: str | None = None) ->
     """
     kind = kind_of(path) if kind is None else kind
     profile = open_profile(path, kind)
-    extras = run_extras(path, kind)
+    extras = run_extras(path, rank if rank is not None else default_rank(profile.ranks), kind)
     try:
         return report(profile, rank, extras)
     except ReportError as e:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import dnnprof
-from dnnprof.collect.bootstrap import BOOT_ERROR_FILE, OWNER_FILE
+from dnnprof.collect.bootstrap import BOOT_ERROR_FILE, ENV_PROFILE_RANK, ENV_RANKS, OWNER_FILE, parse_ranks
 from dnnprof.collect.config import (
     CONFIG_FILE,
     ENV_OWNER,
@@ -54,6 +54,46 @@ def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, st
     # KINETO_LOG_LEVEL the user set (e.g. 2 to see Kineto's own warnings) is kept.
     env.setdefault("KINETO_LOG_LEVEL", "6")
     return env
+
+
+def rank_env(env: dict[str, str], ranks: str | None) -> dict[str, str]:
+    """Which ranks of a multi-process command are profiled: ``ranks`` (``all`` or ``0,3``) when given; else, as
+    before, only ``DNNPROF_PROFILE_RANK`` when the user set it; else every rank. A command of one process has no
+    ``RANK`` and is profiled whatever this says.
+
+    Raises:
+        ValueError: ``ranks`` is neither ``all`` nor a list of ranks.
+    """
+    env = dict(env)
+    if ranks is not None:
+        parse_ranks(ranks)
+        env[ENV_RANKS] = ranks
+        env.pop(ENV_PROFILE_RANK, None)
+    elif ENV_PROFILE_RANK not in env:
+        env[ENV_RANKS] = "all"
+    return env
+
+
+def launch_command(command: list[str], nproc: int | None) -> list[str]:
+    """``--nproc N``: ``python train.py ARGS`` as ``python -m torch.distributed.run --standalone --nproc-per-node N
+    train.py ARGS`` (torchrun sets ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` … for each of the N processes).
+
+    Raises:
+        ValueError: N < 1, or the command is not a Python interpreter running a script or ``-m module``.
+    """
+    if nproc is None:
+        return command
+    if nproc < 1:
+        raise ValueError(f"--nproc {nproc}: give at least 1 process")
+    if len(command) < 2 or not os.path.basename(command[0]).startswith("python"):
+        raise ValueError("--nproc needs a Python command (dnnprof run --nproc 4 -- python train.py ARGS); for "
+                         "another launcher, give it yourself (dnnprof run -- torchrun --nproc-per-node 4 train.py)")
+    return [command[0], "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *command[1:]]
+
+
+def owner_found(staging: Path) -> bool:
+    """Some process claimed the run (the run directory, or a rank's sub-directory of it)."""
+    return (staging / OWNER_FILE).exists() or any(staging.glob(f"*/{OWNER_FILE}"))
 
 
 def ignores_sigint(pid: int) -> bool:
@@ -119,6 +159,8 @@ def run_command(
     cwd: Path | None = None,
     workload: dict[str, Any] | None = None,
     echo: Callable[[str], None] | None = None,
+    ranks: str | None = None,
+    nproc: int | None = None,
 ) -> RunResult:
     """Profile ``command`` (e.g. ``["python", "train.py", "--lr", "3e-4"]``) and write its run directory.
 
@@ -131,6 +173,8 @@ def run_command(
         cwd: working directory of the command.
         workload: the built-in workload's name and knobs, recorded in the metadata.
         echo: where dnnprof's own one-line messages go (default: stderr with a ``dnnprof:`` prefix).
+        ranks: which ranks of a multi-process command to profile (``all``, ``0,3``; see :func:`rank_env`).
+        nproc: start the Python command as N processes under torchrun (:func:`launch_command`).
 
     Raises:
         RunDirError: the run directory cannot be created.
@@ -142,6 +186,8 @@ def run_command(
     config.validate()
     if not command:
         raise ValueError("no command to run: give it after --, e.g. dnnprof run -- python train.py")
+    command = launch_command(command, nproc)
+    env = rank_env(child_env(Path("_")), ranks)  # checks --ranks before anything is created
     say = echo or (lambda m: print(f"dnnprof: {m}", file=sys.stderr, flush=True))
     rd = RunDir.create(name or name_from_command(command), out=out, root=root)
     (rd.staging / CONFIG_FILE).write_text(config.to_json())
@@ -150,7 +196,8 @@ def run_command(
     write_json_atomic(rd.staging / "command.json", {"command": command, "cwd": str(cwd)})
     try:
         # The script dies with dnnprof (kill -9 of dnnprof must not leave it running under PID 1).
-        proc = subprocess.Popen(command, env=child_env(rd.staging), cwd=cwd, preexec_fn=die_with_parent())
+        env[ENV_RUN_DIR] = str(rd.staging)
+        proc = subprocess.Popen(command, env=env, cwd=cwd, preexec_fn=die_with_parent())
     except OSError as e:
         shutil.rmtree(rd.staging, ignore_errors=True)  # nothing ran: leave nothing behind
         raise FileNotFoundError(f"{command[0]}: cannot run ({e.strerror})") from None
@@ -159,7 +206,7 @@ def run_command(
         "name": rd.final.name, "command": command, "cwd": str(cwd), "exit_code": rc, "interrupted": interrupted,
         "started_unix_s": started, "duration_s": round(time.time() - started, 3), "workload": workload,
         "git": git_info(cwd), "dnnprof_version": dnnprof.__version__,
-        "owner_found": (rd.staging / OWNER_FILE).exists(),
+        "owner_found": owner_found(rd.staging),
         "boot_error": (rd.staging / BOOT_ERROR_FILE).read_text().strip()
         if (rd.staging / BOOT_ERROR_FILE).exists() else None,
         "child_error": (rd.staging / CHILD_ERROR_FILE).read_text().strip()
