@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = ("amp-not-used", "tensor-cores-unused", "fp64-used", "gpu-idle", "dataloader-bound", "host-sync",
              "pageable-memcpy", "launch-bound", "optimizer-not-fused", "low-occupancy", "small-grid",
              "memory-underused", "memory-near-limit", "unstable-steps", "no-steps", "cudnn-benchmark-off",
-             "compile-not-used", "communication-exposed", "rank-straggler")
+             "compile-not-used", "communication-exposed", "rank-straggler", "rank-late-phase")
 SCHEMA = json.loads((ROOT / "src/dnnprof/render/schemas/summary-1.schema.json").read_text())
 
 

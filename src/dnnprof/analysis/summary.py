@@ -13,6 +13,7 @@ import numpy as np
 
 from dnnprof.analysis.attribution import PHASES, Attribution, attribute
 from dnnprof.analysis.checks import profile_checks
+from dnnprof.analysis.critical_path import critical_path
 from dnnprof.analysis.host_ops import host_ops
 from dnnprof.analysis.kernel_summary import KernelRow, group_by, kernel_summary
 from dnnprof.analysis.occupancy import kernel_occupancy
@@ -160,6 +161,9 @@ def summary_of(a: Analysis) -> dict[str, Any]:
     ranks = rank_overview(p)
     if ranks is not None:
         doc["ranks"] = ranks
+        path = critical_path(p)
+        if path is not None:
+            doc["critical_path"] = path
     doc["checks"] = [c.to_dict() for c in profile_checks(a, doc)]
     return doc
 

@@ -147,3 +147,60 @@ def rank_straggler(ctx: Context) -> Finding | None:
 def _gpu_clause(device: int | None) -> str:
     """``, GPU 3``; nothing when the trace does not say which GPU."""
     return f", GPU {device}" if isinstance(device, int) and device >= 0 else ""
+
+
+#: ``rank-late-phase``: the others wait for the late rank at least this share of the step (median over steps).
+LATE_PHASE_MIN_WAIT_PCT = 5.0
+
+
+@rule("rank-late-phase", group="distributed")
+def rank_late_phase(ctx: Context) -> Finding | None:
+    """One rank reaches the step's collectives last, and one phase of its step (data loading, forward, backward,
+    optimizer, host) is why.
+
+    Pattern: in a profile of several ranks (``summary.critical_path``, ``analysis/critical_path.py``), the same rank
+    arrives last at the collective with the largest spread of arrivals in most steps, and the others wait for it at
+    least ``LATE_PHASE_MIN_WAIT_PCT`` of the step.
+    Algorithm: per step, each rank's time from the previous synchronisation point to its arrival is split into
+    phases from its ops; the phase in which the late rank spent most more than the median other rank is the
+    verdict, with the module range it spent most more in. Gain = the others' median wait / the median step.
+    Fix: data loading — more DataLoader workers, pinned memory, prefetching, equal-cost shards; forward/backward —
+    balance the work (equal batches and sequence lengths per rank), look for rank-specific code in that layer, and
+    check that rank's GPU (clocks, power cap, other processes); optimizer/host — code that runs on one rank only
+    (logging, checkpointing, metrics with .item()), CPU/NUMA binding.
+    """
+    path = ctx.doc.get("critical_path") or {}
+    v = path.get("verdict")
+    if not v or 2 * v["steps"] < v["of_steps"]:
+        return None
+    steps = [r["step_median_us"] for r in (ctx.doc.get("ranks") or {}).get("per_rank", [])
+             if (r.get("step_median_us") or 0) > 0]
+    step = statistics.median(steps) if steps else None
+    share = 100.0 * v["wait_us_per_step"] / step if step else None
+    if share is None or share < LATE_PHASE_MIN_WAIT_PCT:
+        return None
+    where = f"{v['phase'].replace('_', ' ')}" + (f" (layer {v['layer']})" if v.get("layer") else "")
+    fixes = {
+        "data_loading": "Its data loading is slow: more DataLoader workers, pin_memory, prefetch_factor, and shards "
+                        "of equal cost per rank.",
+        "forward": "Its forward pass takes longer: balance batch sizes and sequence lengths across ranks, look for "
+                   "rank-specific work in that layer, check the rank's device.",
+        "backward": "Its backward pass takes longer: balance the work across ranks, look for hooks or rank-specific "
+                    "work in that layer's backward, check the rank's device (clocks, power cap, other processes).",
+        "optimizer": "Its optimizer step takes longer: look for rank-specific work around optimizer.step().",
+        "host": "Its host does something the others do not (logging, checkpointing, .item() syncs, rank-0-only "
+                "code) or runs slower (CPU/NUMA binding).",
+    }
+    return Finding(
+        id="rank-late-phase",
+        title=f"Rank {v['rank']} makes the others wait {v['wait_us_per_step'] / 1000:.1f} ms per step: its {where}",
+        summary=(f"in {v['steps']} of {v['of_steps']} steps rank {v['rank']} reaches the collectives last; it spends "
+                 f"{v['excess_us_per_step'] / 1000:.2f} ms more in {where} than the median rank before arriving"),
+        recommendation=fixes.get(v["phase"], fixes["host"]),
+        est_gain_pct=min(share, 100.0),
+        how_estimated="The others' median wait for that rank per step / the median step time: what they gain when "
+                      "it arrives on time.",
+        evidence={"rank": v["rank"], "phase": v["phase"], "layer": v.get("layer"), "steps": v["steps"],
+                  "of_steps": v["of_steps"], "wait_us_per_step": v["wait_us_per_step"],
+                  "excess_us_per_step": v["excess_us_per_step"], "step_us": step},
+    )

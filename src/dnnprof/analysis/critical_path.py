@@ -1,0 +1,255 @@
+"""Across ranks: each collective's arrivals and waits, which rank and phase gated each step, comm/compute overlap.
+
+* **Collectives:** per rank, the spans in which a collective ran — NCCL kernels on the rank's GPU, else the host
+  spans a backend records around its work (``gloo:all_reduce`` on gloo's worker thread, ``nccl:*``). A span starts
+  when that rank has joined (its *arrival*) and ends when the last rank has joined and the data moved.
+* **Matching:** a process group runs its collectives in the same order on every rank, and every rank counts steps
+  the same way, so the k-th collective of step s on one rank is the k-th of step s on the others; instances that
+  are not seen on every rank are left out.
+* **Wait:** in one instance, a rank waits ``last arrival − its arrival``; the last rank waits nothing.
+* **Critical path of a step:** the instance with the largest spread of arrivals; its last rank made the others
+  wait. Why it was late: for every rank, the time from the step's previous synchronisation point (the end of the
+  previous step's last instance — the ranks leave a collective together — else the rank's own step start) to its
+  arrival is split into phases — ``data_loading``, ``forward``, ``backward``, ``optimizer``, ``host`` (nothing of
+  those) — from the rank's ops on every thread but the collectives'. The phase in which the late rank spent most
+  more than the median of the others is the verdict, with the layer (module range) it spent most more in.
+* **Overlap:** per rank, the collective spans' union, and the part of it that ran while the rank computed (its
+  ops on other threads; on a GPU :func:`dnnprof.analysis.ranks.kernel_times` says the same from kernels).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from dnnprof.analysis.attribution import _op_features
+from dnnprof.analysis.intervals import covered_per_window, merge
+from dnnprof.analysis.ranks import collective_mask
+from dnnprof.model.profile import Profile
+from dnnprof.model.run_format import MODULE_RANGE_PREFIX
+
+PHASES = ("data_loading", "forward", "backward", "optimizer", "host")
+#: Host spans of a backend's collective work, by name prefix.
+COLLECTIVE_SPAN_PREFIXES = ("gloo:", "nccl:")
+#: A step's late rank is named only when the others wait at least this long for it (µs).
+MIN_WAIT_US = 200.0
+_FORWARD_MARKS = (".forward", "nn.Module:")
+
+
+def _r(x: float) -> float:
+    return round(float(x), 3)
+
+
+def collective_spans(p: Profile, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start_ns, end_ns, thread or stream) of the rank's collectives in time order (see the module docstring)."""
+    k = p.tables["kernels"]
+    rows = np.flatnonzero(k["rank"] == rank)
+    if rows.size:
+        rows = rows[collective_mask(p, rows)]
+    if rows.size:
+        s = k["start_ns"][rows]
+        return s, s + k["dur_ns"][rows], k["stream"][rows].astype(np.int64)
+    ops = p.tables["ops"]
+    mine = np.flatnonzero(ops["rank"] == rank)
+    names = p.names(ops["name_id"][mine])
+    sel = mine[np.fromiter((str(n).startswith(COLLECTIVE_SPAN_PREFIXES) for n in names), dtype=bool,
+                           count=mine.size)]
+    sel = sel[np.argsort(ops["start_ns"][sel], kind="stable")]
+    s = ops["start_ns"][sel]
+    return s, s + ops["dur_ns"][sel], ops["tid"][sel]
+
+
+def _steps(p: Profile, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    st = p.tables["steps"]
+    sel = np.flatnonzero(st["rank"] == rank)
+    sel = sel[np.argsort(st["start_ns"][sel], kind="stable")]
+    return st["number"][sel], st["start_ns"][sel], st["start_ns"][sel] + st["dur_ns"][sel]
+
+
+def _phase_intervals(p: Profile, rank: int, feats: dict[str, np.ndarray],
+                     skip_tids: set[int]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per phase, the merged intervals of the rank's ops in it (exclusive: data > optimizer > backward > forward)."""
+    ops = p.tables["ops"]
+    rows = np.flatnonzero((ops["rank"] == rank) & ~np.isin(ops["tid"], list(skip_tids)))
+    names = feats["names"][rows]
+    fwd_named = np.fromiter((any(m in str(n) for m in _FORWARD_MARKS) for n in names), dtype=bool, count=rows.size)
+    is_step = np.fromiter((str(n).startswith("ProfilerStep#") for n in names), dtype=bool, count=rows.size)
+    rows, fwd_named = rows[~is_step], fwd_named[~is_step]
+    s = ops["start_ns"][rows]
+    e = s + ops["dur_ns"][rows]
+    data = feats["dataloader"][rows]
+    opt = feats["optimizer"][rows] & ~data
+    bwd = feats["backward"][rows] & ~data & ~opt
+    fwd = ((feats["module"][rows] >= 0) | fwd_named) & ~data & ~opt & ~bwd
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    taken = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+    for name, sel in (("data_loading", data), ("optimizer", opt), ("backward", bwd), ("forward", fwd)):
+        ms, me = merge(s[sel], e[sel])
+        ms, me = _minus(ms, me, *taken)
+        out[name] = (ms, me)
+        taken = merge(np.concatenate([taken[0], ms]), np.concatenate([taken[1], me]))
+    out["_any"] = taken
+    return out
+
+
+def _minus(s: np.ndarray, e: np.ndarray, ts: np.ndarray, te: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals (s, e) less the merged intervals (ts, te)."""
+    if not ts.size or not s.size:
+        return s, e
+    pts_s: list[int] = []
+    pts_e: list[int] = []
+    for a, b in zip(s.tolist(), e.tolist(), strict=False):
+        i = int(np.searchsorted(te, a, side="right"))
+        cur = a
+        while i < ts.size and ts[i] < b:
+            if ts[i] > cur:
+                pts_s.append(cur)
+                pts_e.append(int(ts[i]))
+            cur = max(cur, int(te[i]))
+            i += 1
+        if cur < b:
+            pts_s.append(cur)
+            pts_e.append(b)
+    return np.asarray(pts_s, dtype=np.int64), np.asarray(pts_e, dtype=np.int64)
+
+
+def _within(iv: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> int:
+    s, e = iv
+    if hi <= lo or not s.size:
+        return 0
+    return int(np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum())
+
+
+def _layers(p: Profile, rank: int, lo: int, hi: int) -> dict[str, int]:
+    """Time per dnnprof module range (``dnnprof.module:…``) of the rank inside [lo, hi)."""
+    ops = p.tables["ops"]
+    rows = np.flatnonzero((ops["rank"] == rank) & (ops["start_ns"] < hi) & (ops["start_ns"] + ops["dur_ns"] > lo))
+    out: Counter[str] = Counter()
+    for r, n in zip(rows.tolist(), p.names(ops["name_id"][rows]), strict=False):
+        if str(n).startswith(MODULE_RANGE_PREFIX):
+            s, e = int(ops["start_ns"][r]), int(ops["start_ns"][r] + ops["dur_ns"][r])
+            out[str(n)[len(MODULE_RANGE_PREFIX):]] += max(0, min(e, hi) - max(s, lo))
+    return dict(out)
+
+
+def _compute(p: Profile, rank: int, host: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """What counts as the rank computing: its non-collective kernels on a GPU, else its host ops (not the
+    collectives' threads)."""
+    k = p.tables["kernels"]
+    rows = np.flatnonzero(k["rank"] == rank)
+    if not rows.size:
+        return host
+    rows = rows[~collective_mask(p, rows)]
+    return merge(k["start_ns"][rows], k["start_ns"][rows] + k["dur_ns"][rows])
+
+
+def _depth(label: str) -> int:
+    """Nesting depth of a module range's ``fqn|Class`` label (the root module, fqn "", is 0)."""
+    fqn = label.rpartition("|")[0]
+    return fqn.count(".") + 1 if fqn else 0
+
+
+def _label(label: str) -> str:
+    """``module.2 (Linear)`` for ``module.2|Linear``."""
+    fqn, _, cls = label.rpartition("|")
+    return f"{fqn} ({cls})" if fqn and cls else (cls or fqn)
+
+
+def critical_path(p: Profile) -> dict[str, Any] | None:
+    """The cross-rank analysis of a profile of several ranks (see the module docstring); None with fewer than two
+    ranks or no collective seen on every rank."""
+    ranks = p.ranks
+    if len(ranks) < 2:
+        return None
+    feats = _op_features(p)
+    per: dict[int, dict[str, Any]] = {}
+    for r in ranks:
+        s, e, where = collective_spans(p, r)
+        numbers, ss, se = _steps(p, r)
+        idx = np.searchsorted(ss, s, side="right") - 1
+        ok = (idx >= 0) & (s < se[np.clip(idx, 0, None)]) if ss.size else np.zeros(s.size, dtype=bool)
+        step = np.where(ok, numbers[np.clip(idx, 0, None)] if ss.size else -1, -1)
+        keys: dict[tuple[int, int], int] = {}
+        seen: Counter[int] = Counter()
+        for i, st in enumerate(step.tolist()):
+            keys[(st, seen[st])] = i
+            seen[st] += 1
+        on_gpu = bool((p.tables["kernels"]["rank"] == r).any())
+        skip = set() if on_gpu else set(where.tolist())  # gloo's worker threads are no compute
+        per[r] = {"s": s, "e": e, "keys": keys, "steps": dict(zip(numbers.tolist(), zip(ss.tolist(), se.tolist(), strict=False), strict=False)),
+                  "phases": _phase_intervals(p, r, feats, skip), "n_steps": int(numbers.size)}
+    common = set.intersection(*(set(v["keys"]) for v in per.values()))
+    common = {k for k in common if k[0] >= 0}
+    if not common:
+        return None
+    instances = []
+    for key in sorted(common):
+        arr = {r: int(per[r]["s"][per[r]["keys"][key]]) for r in ranks}
+        end = {r: int(per[r]["e"][per[r]["keys"][key]]) for r in ranks}
+        last = max(arr, key=lambda r: arr[r])
+        instances.append({"step": key[0], "index": key[1], "arrival_ns": arr, "end_ns": end, "last_rank": last,
+                          "wait_ns": {r: arr[last] - arr[r] for r in ranks}})
+    steps_out = []
+    prev_end: dict[int, int] = {}
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for inst in instances:
+        by_step.setdefault(inst["step"], []).append(inst)
+    for step in sorted(by_step):
+        group = by_step[step]
+        worst = max(group, key=lambda x: max(x["wait_ns"].values()))
+        late = worst["last_rank"]
+        spent: dict[int, dict[str, int]] = {}
+        windows: dict[int, tuple[int, int]] = {}
+        for r in ranks:
+            lo = prev_end.get(r, per[r]["steps"].get(step, (worst["arrival_ns"][r], 0))[0])
+            hi = worst["arrival_ns"][r]
+            windows[r] = (lo, hi)
+            ph = per[r]["phases"]
+            d = {name: _within(ph[name], lo, hi) for name in PHASES if name != "host"}
+            d["host"] = max(0, hi - lo - _within(ph["_any"], lo, hi))
+            spent[r] = d
+        others = [r for r in ranks if r != late]
+        excess = {name: spent[late][name] - float(np.median([spent[o][name] for o in others])) for name in PHASES}
+        phase = max(excess, key=lambda k: excess[k])
+        wait_us = max(worst["wait_ns"].values()) / 1000.0
+        layer = None
+        if phase == "forward":  # module ranges are forward ranges: a backward delay has no layer from them
+            mine = _layers(p, late, *windows[late])
+            theirs = [_layers(p, o, *windows[o]) for o in others]
+            ex = {lab: v - float(np.median([t.get(lab, 0) for t in theirs])) for lab, v in mine.items()}
+            if ex and max(ex.values()) > 0:
+                top = max(ex.values())
+                layer = _label(max((lab for lab, v in ex.items() if v >= 0.9 * top), key=_depth))
+        steps_out.append({"step": step, "rank": late if wait_us >= MIN_WAIT_US else None, "phase": phase
+                          if wait_us >= MIN_WAIT_US else None, "layer": layer if wait_us >= MIN_WAIT_US else None,
+                          "wait_us": _r(wait_us), "phase_excess_us": {k: _r(v / 1000) for k, v in excess.items()},
+                          "phase_us": {str(r): {k: _r(v / 1000) for k, v in spent[r].items()} for r in ranks}})
+        for r in ranks:
+            prev_end[r] = max(i["end_ns"][r] for i in group)
+    rows = []
+    for r in ranks:
+        s, e = merge(per[r]["s"], per[r]["e"])
+        cs, ce = _compute(p, r, per[r]["phases"]["_any"])
+        comm = int((e - s).sum())
+        over = int(covered_per_window(cs, ce, s, e).sum()) if s.size and cs.size else 0
+        n = max(len(by_step), 1)
+        rows.append({"rank": r, "collectives": len(per[r]["keys"]),
+                     "wait_us_per_step": _r(sum(i["wait_ns"][r] for i in instances) / 1000 / n),
+                     "comm_us_per_step": _r(comm / 1000 / n), "overlapped_comm_us_per_step": _r(over / 1000 / n),
+                     "exposed_comm_us_per_step": _r((comm - over) / 1000 / n),
+                     "last_arrivals": sum(1 for i in instances if i["last_rank"] == r and max(i["wait_ns"].values())
+                                          >= MIN_WAIT_US * 1000)})
+    named = Counter((x["rank"], x["phase"]) for x in steps_out if x["rank"] is not None)
+    verdict = None
+    if named:
+        (rank, phase), count = named.most_common(1)[0]
+        mine = [x for x in steps_out if x["rank"] == rank and x["phase"] == phase]
+        layers = Counter(x["layer"] for x in mine if x["layer"])
+        verdict = {"rank": rank, "phase": phase, "layer": layers.most_common(1)[0][0] if layers else None,
+                   "steps": count, "of_steps": len(steps_out),
+                   "wait_us_per_step": _r(float(np.median([x["wait_us"] for x in mine]))),
+                   "excess_us_per_step": _r(float(np.median([x["phase_excess_us"][phase] for x in mine])))}
+    return {"matched_by": "step_and_order", "instances": len(instances), "per_rank": rows, "steps": steps_out,
+            "verdict": verdict}
