@@ -18,20 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from dnnprof.model import schema
 from dnnprof.model.profile import Profile as CanonicalProfile
+from dnnprof.model.query import ENUMS, NOT_STRINGS
 
-#: Enumerated columns per table, and their labels.
-ENUMS: dict[str, dict[str, tuple[str, ...]]] = {
-    "memcpy": {"kind": schema.MEMCPY_KINDS, "src_mem": schema.MEMORY_KINDS, "dst_mem": schema.MEMORY_KINDS},
-    "memset": {"dst_mem": schema.MEMORY_KINDS},
-    "ops": {"category": schema.OP_CATEGORIES},
-    "runtime": {"api_kind": schema.API_KINDS},
-    "steps": {"source": schema.STEP_SOURCES},
-    "memory_events": {"device_type": schema.DEVICE_TYPES},
-}
-#: ``*_id`` columns that are numbers, not string ids.
-NOT_STRINGS = frozenset({"external_id", "fwd_thread_id", "graph_id"})
 #: GPU tables that get their attribution columns.
 ATTRIBUTED = ("kernels", "memcpy")
 

@@ -26,6 +26,7 @@ COMMANDS = [
     "report",
     "counters",
     "monitor",
+    "query",
 ]
 
 app = typer.Typer(
