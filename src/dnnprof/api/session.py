@@ -12,6 +12,7 @@ that run.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -118,6 +119,9 @@ class ProfileSession:
         self._ctl = ctl
         self.path = self._rd.final
         _active = self
+        # A loop that never reaches stop() (an exception a framework does not report to its callbacks) still
+        # leaves its run directory, written at interpreter exit as `dnnprof run` writes it.
+        atexit.register(self._stop_at_exit)
         self._say(f"profiling into {self.path} (warm-up {self.config.warmup_steps} steps, then "
                   f"{self.config.steps} profiled)")
         return self
@@ -129,6 +133,7 @@ class ProfileSession:
         ctl, self._ctl = self._ctl, None
         if ctl is None:
             return None
+        atexit.unregister(self._stop_at_exit)
         from dnnprof.collect.bootstrap import BOOT_ERROR_FILE, OWNER_FILE
         from dnnprof.runs.finish import finish_run
         from dnnprof.runs.rundir import git_info
@@ -161,6 +166,10 @@ class ProfileSession:
         self.path = self.result.run_dir
         self._report(self.result)
         return self.result
+
+    def _stop_at_exit(self) -> None:
+        last = getattr(sys, "last_value", None)
+        self.stop(last if isinstance(last, BaseException) else RuntimeError("the program ended inside the profile"))
 
     # --- messages ----------------------------------------------------------------------------------------------
     def _say(self, message: str) -> None:
