@@ -38,11 +38,13 @@ class ProfileSession:
 
     def __init__(self, *, warmup_steps: int = 5, steps: int = 10, full: bool = False, counters: bool = False,
                  out: str | os.PathLike[str] | None = None, name: str | None = None,
-                 step_marker: str | None = None, nvml: bool = True, quiet: bool = False) -> None:
+                 step_marker: str | None = None, nvml: bool = True, quiet: bool = False,
+                 explicit_steps: bool = False) -> None:
         from dnnprof.collect.config import CollectorConfig
 
         self.config = CollectorConfig(mode="full" if full else "default", warmup_steps=warmup_steps, steps=steps,
-                                      step_marker=step_marker, nvml=nvml, counters=counters).validate()
+                                      step_marker=step_marker, nvml=nvml, counters=counters,
+                                      explicit_steps=explicit_steps).validate()
         self.out = Path(out) if out is not None else None
         self.name = name
         self.quiet = quiet
@@ -213,7 +215,7 @@ def _version() -> str:
 
 def profile(*, warmup_steps: int = 5, steps: int = 10, full: bool = False, counters: bool = False,
             out: str | os.PathLike[str] | None = None, name: str | None = None, step_marker: str | None = None,
-            nvml: bool = True, quiet: bool = False) -> ProfileSession:
+            nvml: bool = True, quiet: bool = False, explicit_steps: bool = False) -> ProfileSession:
     """Profile the code in a ``with`` block as ``dnnprof run`` profiles a script; call ``prof.step()`` at the end
     of each iteration.
 
@@ -235,6 +237,8 @@ def profile(*, warmup_steps: int = 5, steps: int = 10, full: bool = False, count
         step_marker: a ``record_function``/NVTX range that ends each iteration, instead of ``prof.step()``.
         nvml: sample NVML/GPM in the background.
         quiet: print only where the run directory is.
+        explicit_steps: only ``prof.step()`` ends a step (not optimizer steps or DataLoader batches): for loops
+            that fetch several batches or step several optimizers per iteration.
 
     Without ``prof.step()`` calls, iterations are found as ``dnnprof run`` finds them (optimizer steps, then
     DataLoader batches). The run directory is written when the block ends, also after an exception (then
@@ -244,4 +248,5 @@ def profile(*, warmup_steps: int = 5, steps: int = 10, full: bool = False, count
         ValueError: a bad setting (``warmup_steps`` < 2, ``steps`` < 1 …), named in the message.
     """
     return ProfileSession(warmup_steps=warmup_steps, steps=steps, full=full, counters=counters, out=out,
-                          name=name, step_marker=step_marker, nvml=nvml, quiet=quiet)
+                          name=name, step_marker=step_marker, nvml=nvml, quiet=quiet,
+                          explicit_steps=explicit_steps)

@@ -53,6 +53,9 @@ class CollectorConfig:
         workload: the workload name and config when run by ``dnnprof profile``.
         warmup_until_steady: keep warming up past ``warmup_steps`` until step times settle
             (``schedule.warm``); set for built-in workloads, whose loop runs as long as the collector needs.
+        explicit_steps: only ``dnnprof.step()`` calls end steps (optimizer steps and DataLoader batches are not
+            boundaries): set by adapters that mark every iteration themselves (a Hugging Face Trainer with
+            gradient accumulation fetches several batches per step, and they would start the window first).
     """
 
     mode: str = "default"
@@ -70,6 +73,7 @@ class CollectorConfig:
     counters_step: int | None = None
     workload: dict[str, Any] | None = field(default=None)
     warmup_until_steady: bool = False
+    explicit_steps: bool = False
 
     def validate(self) -> CollectorConfig:
         """Raise ``ValueError`` naming the bad setting and what is allowed."""

@@ -145,6 +145,8 @@ class Controller:
     def _accept(self, source: str) -> bool:
         if source == self.source:
             return True
+        if self.cfg.explicit_steps and source != "explicit":
+            return False
         if self.cfg.step_marker and source in ("optimizer", "dataloader"):
             return False
         if self.source is not None and PRIORITY[source] <= PRIORITY[self.source]:

@@ -31,7 +31,8 @@ class DnnprofCallback(TrainerCallback):  # type: ignore[misc]
                  out: str | os.PathLike[str] | None = None, name: str | None = None, nvml: bool = True,
                  quiet: bool = False) -> None:
         self._options: dict[str, Any] = dict(warmup_steps=warmup_steps, steps=steps, full=full, counters=counters,
-                                             out=out, name=name, nvml=nvml, quiet=quiet)
+                                             out=out, name=name, nvml=nvml, quiet=quiet,
+                                             explicit_steps=True)
         ProfileSession(**self._options)  # a bad setting fails here, where the Trainer is built
         self._session: ProfileSession | None = None
         self._items: float | None = None

@@ -38,10 +38,11 @@ class DnnprofProfiler(Profiler):
                  out: str | os.PathLike[str] | None = None, name: str | None = None, nvml: bool = True,
                  quiet: bool = False) -> None:
         super().__init__()
+        self._session: ProfileSession | None = None  # before the check: Profiler.__del__ tears down even then
         self._options: dict[str, Any] = dict(warmup_steps=warmup_steps, steps=steps, full=full, counters=counters,
-                                             out=out, name=name, nvml=nvml, quiet=quiet)
+                                             out=out, name=name, nvml=nvml, quiet=quiet,
+                                             explicit_steps=True)
         ProfileSession(**self._options)  # a bad setting fails here, where the Trainer is built
-        self._session: ProfileSession | None = None
         self._step_action = ""
         #: The run directory once the Trainer is done with the profiler (None before, and on other ranks).
         self.path: Path | None = None
