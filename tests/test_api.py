@@ -172,3 +172,24 @@ def test_repr_html_renders_and_escapes_names() -> None:
     assert "<table>" in html and "Kernels" in html and doc["device"]["name"] in html
     assert evil not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<dnnprof.Profile" in repr(p)
+
+
+@pytest.mark.gpu
+def test_profile_on_the_gpu_records_kernels_and_attributes_them(tmp_path: Path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 256, device="cuda"), torch.randint(0, 10, (64,), device="cuda")
+    with dnnprof.profile(warmup_steps=3, steps=5, out=tmp_path / "run", quiet=True) as prof:
+        for _ in range(20):
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step(64)
+    meta = json.loads((prof.path / "meta.json").read_text())
+    assert meta["complete"] and "timing" in meta["capture"]["kinds"]
+    p = dnnprof.load(prof.path)
+    assert len(p.kernels) > 0 and p.summary()["gpu"]["busy_pct"] is not None
+    assert (p.kernels["layer"] != "").mean() > 0.5 and set(p.kernels["phase"]) >= {"forward", "backward"}
+    assert p.layers["kernel_time_ns"].sum() == p.kernels["dur_ns"].sum()
