@@ -20,7 +20,7 @@ except ImportError:
 from dnnprof.api.session import ProfileSession
 
 
-class DnnprofCallback(TrainerCallback):  # type: ignore[misc]
+class DnnprofCallback(TrainerCallback):
     """A ``TrainerCallback`` that writes a dnnprof run directory.
 
     Args:

@@ -6,6 +6,7 @@ kernels and layers, the findings' titles. The full report is ``dnnprof.load(path
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
@@ -23,7 +24,7 @@ def _name(s: Any) -> str:
     return f'<span title="{escape(text)}">{escape(short)}</span>'
 
 
-def _table(title: str, head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def _table(title: str, head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     if not rows:
         return ""
     th = "".join(f"<th>{escape(h)}</th>" for h in head)
