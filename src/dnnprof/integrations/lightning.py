@@ -16,7 +16,7 @@ try:
     from lightning.pytorch.profilers import Profiler
 except ImportError:  # the older package name
     try:
-        from pytorch_lightning.profilers import Profiler  # type: ignore[no-redef]
+        from pytorch_lightning.profilers import Profiler  # type: ignore[assignment,no-redef,unused-ignore]
     except ImportError:
         raise ImportError("dnnprof.integrations.lightning needs Lightning: pip install lightning") from None
 
