@@ -179,17 +179,18 @@ class ProfileSession:
             print(f"dnnprof: {message}", file=sys.stderr, flush=True)
 
     def _report(self, result: Any) -> None:
-        for m in result.messages:
-            self._say(m)
-        t = (result.summary or {}).get("throughput") or {}
-        if t.get("step_time_median_us") is not None:
-            rate = f", {t['items_per_s']:.1f} {t.get('unit') or 'items/s'}" if t.get("items_per_s") else ""
-            self._say(f"{t['steps']} steps profiled, step time median {t['step_time_median_us'] / 1000:.2f} ms{rate}")
-        state = "complete" if result.complete else "INCOMPLETE"
-        # Always printed, even when quiet: it is the one thing the run leaves behind.
-        print(f"dnnprof: run directory ({state}): {result.run_dir}", file=sys.stderr, flush=True)
-        if result.profile_dir is not None and not self.quiet:
-            self._say(f"report: dnnprof analyze {result.run_dir}  (or dnnprof.load(path) in Python)")
+        """What ``dnnprof run`` says when a run ends (render/run_lines.py); where the run went even when quiet."""
+        from dnnprof.render.run_lines import run_lines
+        from dnnprof.render.safe_text import clean
+
+        lines = run_lines(result, quiet=self.quiet)
+        if self.quiet:  # the one thing the run leaves behind
+            state = "complete" if result.complete else "INCOMPLETE"
+            lines.append(f"run directory ({state}): {result.run_dir}")
+        for line in lines:
+            if line.startswith("report: dnnprof analyze"):
+                line += "  (or dnnprof.load(path) in Python)"
+            print(f"dnnprof: {clean(line)}", file=sys.stderr, flush=True)
 
 
 def program_command() -> list[str]:
