@@ -217,10 +217,11 @@ def _dnnprof_layer(s: str) -> str:
 
 
 def attribute(profile: Profile, table: str = "kernels") -> Attribution:
-    """Layer, phase and launching op of every row of a GPU table (kernels, memcpy or memset)."""
+    """Layer, phase and launching op of every row of a GPU table (kernels, memcpy or memset), or of every op
+    (``table="ops"``: each op is its own launching op; a CPU-only profile's work)."""
     t = profile.tables[table]
     n = t["start_ns"].size
-    op_row = t["op_row"]
+    op_row = np.arange(n, dtype=np.int64) if table == "ops" else t["op_row"]
     if n == 0:
         empty = np.empty(0, dtype=object)
         return Attribution(empty, np.empty(0, dtype=np.int8), empty, "none")

@@ -83,6 +83,7 @@ class Controller:
         self._first_fwd: Any = None
         self.data_steps = DataLoaderSteps(lambda src: self.on_boundary(src))
         self.data_items = DataLoaderItems(before=self.data_steps.before_batch)
+        self.compiled: Any = None  # collect.compiled.CompiledKernels, once torch.compile is wrapped
 
     # --- installation --------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -97,6 +98,11 @@ class Controller:
         self.data_items.install(torch)
         if self.markers is not None:
             self.markers.install(torch)
+        if self.cfg.mode != "counters":
+            from dnnprof.collect.compiled import CompiledKernels
+
+            self.compiled = CompiledKernels(torch)
+            self.compiled.install()
         dnnprof._step_hook = self.explicit_step
         if self.cfg.mode != "counters":  # under ncu no profiler may run
             hook = disable(self._first_forward) if disable is not None else self._first_forward
@@ -388,6 +394,10 @@ class Controller:
     def write_results(self) -> None:
         if self.sampler is not None:
             write_json_atomic(self.dir / SAMPLES_FILE, self.sampler.columns())
+        if self.compiled is not None and self.compiled.status != "not_compiled":
+            from dnnprof.model.run_format import COMPILED_KERNELS_FILE
+
+            write_json_atomic(self.dir / COMPILED_KERNELS_FILE, self.compiled.results())
         write_json_atomic(self.dir / RESULT_FILE, self.results())
 
     def results(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnprof.ingest.compiled import apply_compiled_kernels, load_records
 from dnnprof.ingest.join import join_attribution
 from dnnprof.ingest.kineto import read_kineto
 from dnnprof.model.profile import Profile
@@ -94,6 +95,9 @@ def relabel_module_ranges(profile: Profile) -> int:
 def _read(run_dir: Path, window: dict[str, Any], rank: int | None = None) -> Profile:
     profile = read_kineto(run_dir / window["trace"], rank=rank)
     relabel_module_ranges(profile)
+    compiled = load_records(run_dir)
+    if compiled is not None and window.get("ops", True):
+        apply_compiled_kernels(profile, compiled)
     return profile
 
 
@@ -215,6 +219,8 @@ def assemble(run_dir: Path, col: dict[str, Any], rank: int | None = None) -> tup
             attrib.meta["base_time_ns"] = int(attrib.meta.get("base_time_ns", 0)) + (
                 clock["offset_ns"] - info["attribution_clock"]["offset_ns"])
             info["attribution"] = join_attribution(profile, attrib)
+            if "compiled" in attrib.meta:
+                profile.meta["compiled"] = attrib.meta["compiled"]
             info["attribution"]["window"] = detail
             profile.meta["sources"] = [windows["timing"]["trace"], windows[detail]["trace"]]
         else:

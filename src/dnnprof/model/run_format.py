@@ -11,6 +11,10 @@ MODULE_RANGE_PREFIX = "dnnprof.module:"
 COUNTERS_RANGE = "dnnprof.counters"
 #: A built-in workload's error, written by the profiled process for the parent to report.
 CHILD_ERROR_FILE = "workload_error.txt"
+#: Compile-time records of torch.compile's generated kernels (module paths, sources, forward/backward graph).
+COMPILED_KERNELS_FILE = "compiled_kernels.json"
+
+
 #: A multi-rank run keeps each profiled rank's collector results and traces in ``rank<N>/`` of the run directory.
 RANK_DIR_PREFIX = "rank"
 
