@@ -97,7 +97,7 @@ def one(out: Path, model: str, gpus: int, steps: int, slow_phase: str | None, sl
            str(run), "--", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
            str(gpus), str(Path(__file__).resolve()), *worker_args]
     t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
     row: dict = {"name": name, "model": model, "gpus": gpus, "planted": slow_phase, "rc": proc.returncode,
                  "wall_s": round(time.time() - t0, 1)}
     if not (run / "summary.json").is_file():
@@ -134,17 +134,19 @@ def main() -> None:
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
     have = torch.cuda.device_count()
-    rows = []
-    for gpus in [int(g) for g in a.gpus.split(",") if int(g) <= have]:
-        for model in ("gpt2", "resnet50"):
-            rows.append(one(out, model, gpus, a.steps, None, a.slow_ms))
-        if gpus == 2:
-            for phase in ("forward", "backward", "data"):
-                rows.append(one(out, "gpt2", gpus, a.steps, phase, a.slow_ms))
+    rows: list[dict] = []
     doc = {"gpu": torch.cuda.get_device_name(0) if have else None, "gpus_available": have,
            "torch": torch.__version__, "runs": rows}
+    name = f"ddp_ranks_{a.gpus.replace(',', '_')}.json"
+    for gpus in [int(g) for g in a.gpus.split(",") if int(g) <= have]:
+        plan = [(m, None) for m in ("gpt2", "resnet50")]
+        if gpus == 2:
+            plan += [("gpt2", phase) for phase in ("forward", "backward", "data")]
+        for model, phase in plan:
+            rows.append(one(out, model, gpus, a.steps, phase, a.slow_ms))
+            (out / name).write_text(json.dumps(doc, indent=1))  # each run kept, should a later one hang
     shutil.rmtree(out / "runs_full", ignore_errors=True)
-    (out / "ddp_ranks.json").write_text(json.dumps(doc, indent=1))
+    (out / name).write_text(json.dumps(doc, indent=1))
     print(json.dumps(doc, indent=1))
 
 
