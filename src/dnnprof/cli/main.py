@@ -27,6 +27,7 @@ COMMANDS = [
     "counters",
     "monitor",
     "query",
+    "view",
 ]
 
 app = typer.Typer(

@@ -1,0 +1,1 @@
+"""``dnnprof view``: a local dashboard over saved profiles, queried through DuckDB (see docs/view.md)."""
