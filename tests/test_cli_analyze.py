@@ -155,7 +155,7 @@ def test_html_report_is_self_contained_and_lists_findings(tmp_path: Path) -> Non
 
     out = tmp_path / "r.html"
     js = tmp_path / "s.json"
-    assert main(["analyze", str(DEEPSPEECH), "--html", str(out), "--json", str(js), "--quiet"]) == 0
+    assert main(["analyze", str(DEEPSPEECH), "--html-report", str(out), "--json", str(js), "--quiet"]) == 0
     text = out.read_text()
     doc = json.loads(js.read_text())
     assert "<script" not in text and "http://" not in text and "https://" not in text

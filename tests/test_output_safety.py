@@ -223,7 +223,7 @@ def test_check_save_target_is_the_api_s_guard_too(tmp_path: Path, gpt2: Profile)
 
 
 # --- --json, --html, --perfetto -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("option", ["--json", "--html", "--perfetto"])
+@pytest.mark.parametrize("option", ["--json", "--html", "--html-report", "--perfetto"])
 def test_an_output_never_overwrites_the_input(tmp_path: Path, option: str, capsys) -> None:
     trace = tmp_path / "trace.json.gz"
     shutil.copyfile(CPU_MLP, trace)
@@ -276,7 +276,7 @@ def test_a_failed_html_write_leaves_the_earlier_file(tmp_path: Path, monkeypatch
     # A page that cannot be encoded: the write fails after the file would have been opened.
     monkeypatch.setattr(html_report, "render_html", lambda doc, top: "<html>" + "\ud800")
     with pytest.raises(UnicodeEncodeError):
-        main(["analyze", str(CPU_MLP), "--html", str(out), "--quiet"])
+        main(["analyze", str(CPU_MLP), "--html-report", str(out), "--quiet"])
     assert out.read_bytes() == b"<html>yesterday's report</html>"
     _no_leftovers(tmp_path)
 

@@ -276,7 +276,7 @@ def test_analyze_profile_html_has_the_chart(tmp_path: Path) -> None:
     p = _profile_with_counters()
     p.save(tmp_path / "prof")
     page, js = tmp_path / "r.html", tmp_path / "s.json"
-    assert main(["analyze", str(tmp_path / "prof"), "--html", str(page), "--json", str(js), "--quiet"]) == 0
+    assert main(["analyze", str(tmp_path / "prof"), "--html-report", str(page), "--json", str(js), "--quiet"]) == 0
     text = page.read_text()
     assert "<h2>Roofline</h2>" in text and "<svg" in text and "http://" not in text
     assert json.loads(js.read_text())["roofline"]["plotted"] > 30
@@ -286,7 +286,7 @@ def test_html_without_counters_has_no_chart(tmp_path: Path) -> None:
     from conftest import DEEPSPEECH
 
     page = tmp_path / "r.html"
-    assert main(["analyze", str(DEEPSPEECH), "--html", str(page), "--quiet"]) == 0
+    assert main(["analyze", str(DEEPSPEECH), "--html-report", str(page), "--quiet"]) == 0
     assert "<svg" not in page.read_text()
 
 

@@ -20,9 +20,13 @@ def analyze(
     save: Path | None = typer.Option(None, "--save", help="Save the canonical profile (Parquet) in this folder: a "
                                                            "new or empty one, or a profile saved earlier (replaced "
                                                            "atomically). Anything else is refused."),
-    html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here (with "
-                                                           "a roofline chart when there are Nsight Compute counters; "
-                                                           "also for an ncu file)."),
+    html: Path | None = typer.Option(None, "--html", help="Write the dashboard of `dnnprof view` here as one "
+                                                           "self-contained file (data embedded, no network; the "
+                                                           "printable report is one of its views). For an ncu file: "
+                                                           "the printable counters report."),
+    html_report: Path | None = typer.Option(None, "--html-report", help="Write the printable, script-free HTML "
+                                                                         "report here (with a roofline chart when "
+                                                                         "there are Nsight Compute counters)."),
     perfetto: Path | None = typer.Option(None, "--perfetto", help="Write a trace for ui.perfetto.dev here (.json or "
                                                                   ".json.gz), every rank: host ops, GPU streams "
                                                                   "named by layer, launch flows, steps, counter "
@@ -44,17 +48,20 @@ def analyze(
     except TraceError as e:
         raise UserError(str(e)) from None
     try:
-        check_outputs(trace, json_out=json_out, html=html, perfetto=perfetto, save=save, force=force)
+        check_outputs(trace, json_out=json_out, html=html, perfetto=perfetto, save=save, force=force,
+                      html_report=html_report)
     except OutputError as e:
         raise UserError(str(e)) from None
     if kind in ("ncu-csv", "ncu-rep"):
         if perfetto is not None or save is not None:
             raise UserError(f"{trace}: an Nsight Compute file has no timeline: --perfetto and --save need a trace, "
                             "run directory or saved profile (--json and --html work)")
-        _analyze_ncu(trace, json_out, top, quiet, html)
+        _analyze_ncu(trace, json_out, top, quiet, html or html_report)
+        if html is not None and html_report is not None:
+            _analyze_ncu(trace, None, top, True, html_report)
         return
     if kind == "nvprof-summary":
-        if perfetto is not None or save is not None or html is not None:
+        if perfetto is not None or save is not None or html is not None or html_report is not None:
             raise UserError(f"{trace}: an nvprof --print-summary CSV has no timeline: --perfetto, --save and --html "
                             "need a trace (nvprof --csv --print-gpu-trace; --json works)")
         from dnnprof.cli.nvprof_summary import report_nvprof_summary
@@ -69,10 +76,16 @@ def analyze(
             from dnnprof.render.json_out import write_json
 
             write_json(doc, json_out)
-        if html is not None:
+        if html is not None or html_report is not None:
             from dnnprof.render.html_report import render_html
 
-            write_text_atomic(html, render_html(doc, top=max(top, 30)), option="--html")
+            printable = render_html(doc, top=max(top, 30))
+            if html_report is not None:
+                write_text_atomic(html_report, printable, option="--html-report")
+            if html is not None:
+                from dnnprof.serve.static_file import view_html
+
+                write_text_atomic(html, view_html(analysis, doc, trace, report_html=printable), option="--html")
         if perfetto is not None:
             from dnnprof.render.perfetto import perfetto_trace, write_perfetto
 
@@ -86,12 +99,14 @@ def analyze(
 
 
 def check_outputs(source: Path, *, json_out: Path | None = None, html: Path | None = None,
-                  perfetto: Path | None = None, save: Path | None = None, force: bool = False) -> None:
+                  perfetto: Path | None = None, save: Path | None = None, force: bool = False,
+                  html_report: Path | None = None) -> None:
     """Refuse, before any work, an output that would destroy what dnnprof did not write (raises OutputError)."""
     from dnnprof.model.outputs import check_output_file
     from dnnprof.model.profile import check_save_target
 
-    for option, path in (("--json", json_out), ("--html", html), ("--perfetto", perfetto)):
+    for option, path in (("--json", json_out), ("--html", html), ("--perfetto", perfetto),
+                         ("--html-report", html_report)):
         if path is not None and str(path) != "-":
             check_output_file(path, option=option, inputs=[source])
     if save is not None:

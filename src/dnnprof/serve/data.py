@@ -43,6 +43,11 @@ class Store:
             self._queries[i] = Queries(inp.cache, inp.view)
         return self._queries[i]
 
+    def close(self) -> None:
+        for q in self._queries.values():
+            q.close()
+        self._queries.clear()
+
     def listing(self) -> dict[str, Any]:
         out = []
         for i, inp in enumerate(self.inputs):

@@ -41,7 +41,8 @@ def page_html(inline: bool, data: Any = None, report_html: str | None = None) ->
     """The page. ``inline``: one self-contained file with ``data`` (see ``data.bundle``) embedded and, when
     given, the printable report (``render.html_report``) as its Report view."""
     head = ['<!doctype html><html lang="en"><head><meta charset="utf-8">',
-            '<meta name="viewport" content="width=device-width, initial-scale=1">', "<title>dnnprof view</title>"]
+            '<meta name="viewport" content="width=device-width, initial-scale=1">', "<title>dnnprof view</title>",
+            '<link rel="icon" href="data:,">']
     body = [f"<body>{_BODY}"]
     if not inline:
         head += [f'<link rel="stylesheet" href="/static/{s}">' for s in STYLES]

@@ -111,12 +111,8 @@ def _aggregate(tables: Path, out: Path) -> None:
 
 def build(source: Path, out: Path, rank: int | None = None) -> dict[str, Any]:
     """Write the cache folder ``out`` for ``source`` (complete, then renamed into place) and return its view.json."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from dnnprof.analysis.attribution import PHASES
     from dnnprof.ingest.detect import kind_of
-    from dnnprof.runs.report import report, report_path
+    from dnnprof.runs.report import report_path
 
     kind = kind_of(source)
     tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
@@ -124,40 +120,54 @@ def build(source: Path, out: Path, rank: int | None = None) -> dict[str, Any]:
     tmp.mkdir(parents=True)
     try:
         analysis, doc = report_path(source, rank)
-        profile = analysis.profile
-        if kind == "profile" and (profile.tables["steps"]["rank"] == analysis.rank).any():
-            tables = source.resolve()  # a saved profile with its steps: query it in place, no copy
-        else:
-            profile.save(tmp / "profile")
-            tables = out / "profile"
-        attr = analysis.attribution
-        k = profile.tables["kernels"]
-        # The kernels' columns the views need, with each kernel's layer/phase/op beside them; ordered by start
-        # like kernels.parquet, in row groups small enough that one step's window reads a few of them.
-        cols = {c: pa.array(k[c]) for c in ("rank", "stream", "start_ns", "dur_ns", "name_id", "correlation",
-                                             "est_occupancy_pct")}
-        cols["layer"] = pa.array(attr.layer.astype(str), pa.string()).dictionary_encode()
-        cols["phase"] = pa.array(np.asarray(PHASES, dtype=object)[attr.phase].astype(str),
-                                 pa.string()).dictionary_encode()
-        cols["op"] = pa.array(attr.op_name.astype(str), pa.string()).dictionary_encode()
-        pq.write_table(pa.table(cols), tmp / "kattr.parquet", row_group_size=65536, compression="zstd")
-        _aggregate(tables if tables != out / "profile" else tmp / "profile", tmp)
-        per_rank = {}
-        if len(profile.ranks) > 1:  # the Ranks view: each rank's own summary (findings of that rank included)
-            for r in profile.ranks:
-                per_rank[str(r)] = doc if r == analysis.rank else report(profile, r)[1]
-        view = {"format": CACHE_FORMAT, "source": str(source), "kind": kind, "tables": str(tables),
-                "rank": analysis.rank, "ranks": profile.ranks, "step_stack": _step_stack(profile, analysis.rank),
-                "samples": _samples(source)}
-        (tmp / "summary.json").write_text(json.dumps(doc, default=str))
-        (tmp / "ranks.json").write_text(json.dumps(per_rank, default=str))
-        (tmp / VIEW_FILE).write_text(json.dumps(view))
+        view = write_cache(analysis, doc, source, kind, tmp, out)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return view
+
+
+def write_cache(analysis: Any, doc: dict[str, Any], source: Path, kind: str, tmp: Path,
+                final: Path) -> dict[str, Any]:
+    """The cache files of an analysed input, written into ``tmp`` (which will be renamed ``final``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dnnprof.analysis.attribution import PHASES
+    from dnnprof.runs.report import report
+
+    profile = analysis.profile
+    if kind == "profile" and (profile.tables["steps"]["rank"] == analysis.rank).any():
+        tables = source.resolve()  # a saved profile with its steps: query it in place, no copy
+        written = tables
+    else:
+        profile.save(tmp / "profile")
+        tables, written = final / "profile", tmp / "profile"
+    attr = analysis.attribution
+    k = profile.tables["kernels"]
+    # The kernels' columns the views need, with each kernel's layer/phase/op beside them; ordered by start
+    # like kernels.parquet, in row groups small enough that one step's window reads a few of them.
+    cols = {c: pa.array(k[c]) for c in ("rank", "stream", "start_ns", "dur_ns", "name_id", "correlation",
+                                         "est_occupancy_pct")}
+    cols["layer"] = pa.array(attr.layer.astype(str), pa.string()).dictionary_encode()
+    cols["phase"] = pa.array(np.asarray(PHASES, dtype=object)[attr.phase].astype(str),
+                             pa.string()).dictionary_encode()
+    cols["op"] = pa.array(attr.op_name.astype(str), pa.string()).dictionary_encode()
+    pq.write_table(pa.table(cols), tmp / "kattr.parquet", row_group_size=65536, compression="zstd")
+    _aggregate(written, tmp)
+    per_rank = {}
+    if len(profile.ranks) > 1:  # the Ranks view: each rank's own summary (findings of that rank included)
+        for r in profile.ranks:
+            per_rank[str(r)] = doc if r == analysis.rank else report(profile, r)[1]
+    view = {"format": CACHE_FORMAT, "source": str(source), "kind": kind, "tables": str(tables),
+            "rank": analysis.rank, "ranks": profile.ranks, "step_stack": _step_stack(profile, analysis.rank),
+            "samples": _samples(source)}
+    (tmp / "summary.json").write_text(json.dumps(doc, default=str))
+    (tmp / "ranks.json").write_text(json.dumps(per_rank, default=str))
+    (tmp / VIEW_FILE).write_text(json.dumps(view))
     return view
 
 

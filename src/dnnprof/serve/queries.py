@@ -43,6 +43,9 @@ class Queries:
         self._con = duckdb.connect(config={"threads": 2, "memory_limit": "256MB"})
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        self._con.close()
+
     def _rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         with self._lock:
             cur = self._con.cursor()
