@@ -1,0 +1,76 @@
+"""``dnnprof view``'s server without a browser: it refuses every path outside its inputs, listens on loopback only,
+caches an input by path, size and mtime, and a bad input is one error line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette", reason="dnnprof view needs the 'view' extra (starlette, uvicorn)")
+
+from test_view_browser import DDP, RUN, Server
+
+CPU_MLP = Path(__file__).parent / "data" / "cpu_mlp_train" / "trace.json.gz"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("view-server")
+    s = Server([RUN, DDP], tmp / "cache")
+    yield s
+    s.stop()
+
+
+def test_server_refuses_paths_outside_its_inputs(server) -> None:
+    import http.client
+
+    for path in ("/static/../pyproject.toml", "/static/%2e%2e/%2e%2e/cli/main.py", "/static//etc/passwd",
+                 "/etc/passwd", "/api/../../etc/passwd", "/api/0/..%2f..%2fsummary", "/api/9/overview",
+                 "/static/core.js/../app.py", "/api/0/kernels/x", "/cache/summary.json"):
+        c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        c.request("GET", path)
+        r = c.getresponse()
+        assert r.status == 404, path
+        r.read()
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    c.request("GET", "/", headers={"Host": "attacker.example"})  # DNS rebinding: a foreign Host is refused
+    assert c.getresponse().status == 400
+
+
+def test_server_listens_on_loopback_only(server) -> None:
+    assert server.sock.getsockname()[0] == "127.0.0.1"
+    other = [a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+             if not a[4][0].startswith("127.")]
+    for addr in other[:1]:
+        with pytest.raises(OSError):
+            socket.create_connection((addr, server.port), timeout=2)
+
+
+def test_a_changed_trace_is_prepared_again(tmp_path: Path) -> None:
+    from dnnprof.serve.inputs import prepared
+
+    trace = tmp_path / "t.json.gz"
+    shutil.copyfile(CPU_MLP, trace)
+    first = prepared(trace, root=tmp_path / "cache")
+    assert prepared(trace, root=tmp_path / "cache") == first  # cached
+    os.utime(trace, ns=(1, 1))
+    second = prepared(trace, root=tmp_path / "cache")
+    assert second != first and (second / "view.json").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name not in ("t.json.gz", "cache")]  # nothing beside the input
+
+
+def test_a_bad_input_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dnnprof.cli.main import main
+
+    assert main(["view", str(tmp_path / "missing.json"), "--no-browser"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [e for e in err if "error" in e] == [err[-1]] and "missing.json: no such file or directory" in err[-1]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["view", str(bad), "--no-browser"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("dnnprof: error:") and "bad.json" in err[-1]
