@@ -37,6 +37,17 @@ def test_planted_straggler_is_named(tmp_path: Path, phase: str) -> None:
     assert main(["analyze", str(run), "--rank", "1", "--json", str(out), "--quiet"]) == 0
     again = json.loads(out.read_text())
     assert again["rank"] == 1 and again["critical_path"]["verdict"] == v
+    if phase == "data":  # a multi-rank run whose profile/ was never written is read from its ranks' traces
+        import shutil
+
+        from dnnprof.ingest.detect import kind_of
+
+        raw = tmp_path / "raw"
+        for d in run.glob("rank*"):
+            shutil.copytree(d, raw / d.name)
+        assert kind_of(raw) == "run-raw"
+        assert main(["analyze", str(raw), "--json", str(out), "--quiet"]) == 0
+        assert json.loads(out.read_text())["critical_path"]["verdict"]["phase"] == want
 
 
 def test_real_h100_straggler_waits_on_host_before_backward() -> None:

@@ -20,8 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-FIXTURE_MAX_BYTES = 2_000_000
-
 
 def worker(a: argparse.Namespace) -> None:
     import torch
@@ -77,14 +75,9 @@ def worker(a: argparse.Namespace) -> None:
 
 
 def trim(run: Path, dest: Path) -> None:
-    """Copy a run directory without what a fixture does not need, the raw traces only while under the limit."""
+    """Copy a run directory without its assembled profile (re-made from the traces by ``dnnprof analyze``); every
+    trace is kept, since a rank without its timing or attribution trace cannot be analysed again."""
     shutil.copytree(run, dest, ignore=shutil.ignore_patterns("profile"))
-    total = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
-    for p in sorted(dest.rglob("trace/*"), key=lambda q: -q.stat().st_size):
-        if total <= FIXTURE_MAX_BYTES:
-            break
-        total -= p.stat().st_size
-        p.unlink()
 
 
 def one(out: Path, model: str, gpus: int, steps: int, slow_phase: str | None, slow_ms: float) -> dict:

@@ -11,8 +11,12 @@
   wait. Why it was late: for every rank, the time from the step's previous synchronisation point (the end of the
   previous step's last instance — the ranks leave a collective together — else the rank's own step start) to its
   arrival is split into phases — ``data_loading``, ``forward``, ``backward``, ``optimizer``, ``host`` (nothing of
-  those) — from the rank's ops on every thread but the collectives'. The phase in which the late rank spent most
-  more than the median of the others is the verdict, with the layer (module range) it spent most more in.
+  those) — from the rank's ops on every thread but the collectives'. On a GPU rank the arrival is the collective
+  kernel's start on the GPU, so the split is of the GPU's time: its kernels by their phase (attribution), and the
+  time it sat idle by what the host was doing meanwhile (a slow data loader, a host-side delay inside forward),
+  the rest ``host``. A rank whose GPU work is larger (a bigger micro-batch) is late in the phase of that work even
+  though its host ran ahead. The phase in which the late rank spent most more than the median of the others is the
+  verdict, with the layer (module range) it spent most more in.
 * **Overlap:** per rank, the collective spans' union, and the part of it that ran while the rank computed (its
   ops on other threads; on a GPU :func:`dnnprof.analysis.ranks.kernel_times` says the same from kernels).
 """
@@ -94,6 +98,37 @@ def _phase_intervals(p: Profile, rank: int, feats: dict[str, np.ndarray],
     return out
 
 
+def _gpu_phase_intervals(p: Profile, rank: int, host: dict[str, tuple[np.ndarray, np.ndarray]],
+                         kernel_phase: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per phase, the GPU time of a GPU rank in it: its non-collective kernels of that phase (exclusive: optimizer >
+    backward > forward; kernels of no phase count as host), plus the time its GPU was idle while the host was in
+    that phase. ``_any`` is everything but ``host``."""
+    from dnnprof.analysis.attribution import PHASES as KERNEL_PHASES
+
+    k = p.tables["kernels"]
+    rows = np.flatnonzero(k["rank"] == rank)
+    rows = rows[~collective_mask(p, rows)]
+    s = k["start_ns"][rows]
+    e = s + k["dur_ns"][rows]
+    ph = kernel_phase[rows]
+    busy = merge(s, e)
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    taken = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+    for name in ("optimizer", "backward", "forward"):
+        sel = ph == KERNEL_PHASES.index(name)
+        ms, me = _minus(*merge(s[sel], e[sel]), *taken)
+        out[name] = (ms, me)
+        taken = merge(np.concatenate([taken[0], ms]), np.concatenate([taken[1], me]))
+    out["data_loading"] = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+    for name in ("data_loading", "optimizer", "backward", "forward"):  # idle GPU, host in this phase
+        idle_s, idle_e = _minus(*host[name], *busy)
+        a = out[name]
+        out[name] = merge(np.concatenate([a[0], idle_s]), np.concatenate([a[1], idle_e]))
+    out["_any"] = merge(np.concatenate([out[n][0] for n in ("data_loading", "optimizer", "backward", "forward")]),
+                        np.concatenate([out[n][1] for n in ("data_loading", "optimizer", "backward", "forward")]))
+    return out
+
+
 def _minus(s: np.ndarray, e: np.ndarray, ts: np.ndarray, te: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Intervals (s, e) less the merged intervals (ts, te)."""
     if not ts.size or not s.size:
@@ -164,6 +199,7 @@ def critical_path(p: Profile) -> dict[str, Any] | None:
     if len(ranks) < 2:
         return None
     feats = _op_features(p)
+    kernel_phase: np.ndarray | None = None
     per: dict[int, dict[str, Any]] = {}
     for r in ranks:
         s, e, where = collective_spans(p, r)
@@ -178,8 +214,17 @@ def critical_path(p: Profile) -> dict[str, Any] | None:
             seen[st] += 1
         on_gpu = bool((p.tables["kernels"]["rank"] == r).any())
         skip = set() if on_gpu else set(where.tolist())  # gloo's worker threads are no compute
+        host = _phase_intervals(p, r, feats, skip)
+        if on_gpu:
+            if kernel_phase is None:
+                from dnnprof.analysis.attribution import attribute
+
+                kernel_phase = attribute(p, "kernels").phase
+            phases = _gpu_phase_intervals(p, r, host, kernel_phase)
+        else:
+            phases = host
         per[r] = {"s": s, "e": e, "keys": keys, "steps": dict(zip(numbers.tolist(), zip(ss.tolist(), se.tolist(), strict=False), strict=False)),
-                  "phases": _phase_intervals(p, r, feats, skip), "n_steps": int(numbers.size)}
+                  "phases": phases, "host_any": host["_any"], "n_steps": int(numbers.size)}
     common = set.intersection(*(set(v["keys"]) for v in per.values()))
     common = {k for k in common if k[0] >= 0}
     if not common:
@@ -231,7 +276,7 @@ def critical_path(p: Profile) -> dict[str, Any] | None:
     rows = []
     for r in ranks:
         s, e = merge(per[r]["s"], per[r]["e"])
-        cs, ce = _compute(p, r, per[r]["phases"]["_any"])
+        cs, ce = _compute(p, r, per[r]["host_any"])
         comm = int((e - s).sum())
         over = int(covered_per_window(cs, ce, s, e).sum()) if s.size and cs.size else 0
         n = max(len(by_step), 1)

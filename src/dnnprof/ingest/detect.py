@@ -33,6 +33,10 @@ def kind_of(path: Path) -> str:
             return "run"
         if (path / RUN_RESULTS).is_file() and (path / RUN_TRACES).is_dir():
             return "run-raw"
+        from dnnprof.ingest.assemble_ranks import rank_dirs
+
+        if rank_dirs(path):  # a multi-rank run: rank<N>/ with each rank's collector results and traces
+            return "run-raw"
         if trace_files(path):
             return "kineto-dir"
         raise TraceError(f"{path}: folder holds no trace (*.json, *.json.gz) and no dnnprof profile")
@@ -141,16 +145,28 @@ def open_profile(path: str | Path, kind: str | None = None) -> Profile:
 def _assemble_run(run_dir: Path) -> Profile:
     """A run directory whose process ended before ``dnnprof run`` wrote its profile, assembled from its traces."""
     from dnnprof.ingest.assemble import AssembleError, assemble, load_collector
+    from dnnprof.ingest.assemble_ranks import assemble_ranks, rank_dirs
     from dnnprof.ingest.run_files import check_run_dir
 
-    check_run_dir(run_dir)  # a damaged collector.json or samples file is one line naming it
+    ranks = rank_dirs(run_dir)
+    for d in ranks.values():
+        check_run_dir(d)
+    if not ranks:
+        check_run_dir(run_dir)  # a damaged collector.json or samples file is one line naming it
     try:
+        if ranks:
+            profile, _ = assemble_ranks(run_dir)
+            return _noted(profile)
         col = load_collector(run_dir)
         if col is None:
             raise TraceError(f"{run_dir}: no collector results")
         profile, _ = assemble(run_dir, col)
     except AssembleError as e:
         raise TraceError(f"{run_dir}: {e}") from None
+    return _noted(profile)
+
+
+def _noted(profile: Profile) -> Profile:
     profile.meta.setdefault("source", {})["notes"] = [
         *profile.meta["source"].get("notes", []),
         "assembled from the run's traces here: its profile/ was never written (the run ended early?)"]
