@@ -1,0 +1,171 @@
+"""One benchmark trial: a backend at a batch size, warmed up, timed, and its outputs checked against a reference.
+
+Each timed iteration does what trtexec does for one query: copy the inputs host → device, run, copy the outputs
+device → host, and wait. On a GPU, CUDA events split it into H2D, compute and D2H, and the host time spent inside
+the backend's call is the enqueue time. On a CPU there is nothing to copy: the call's wall time is the compute.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dnnprof.bench.backends import BackendError, Runner, flatten, prepare
+from dnnprof.bench.compare import compare, tolerance
+from dnnprof.bench.sources import Source
+
+#: A ``--duration`` run still times at least this many iterations.
+MIN_DURATION_ITERATIONS = 5
+#: Why a per-phase time is absent on a CPU run.
+CPU_NULL_REASON = "the model runs on the CPU: no host-device copies or separate enqueue to time"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long to measure: ``warmup`` untimed iterations, then ``iterations`` or ``duration_s`` of timed ones."""
+
+    warmup: int = 10
+    iterations: int | None = 100
+    duration_s: float | None = None
+
+
+@dataclass
+class Trial:
+    """What one trial measured (raw samples in milliseconds, one per timed iteration)."""
+
+    backend: str
+    batch_size: int
+    status: str = "ok"
+    reason: str = ""
+    latency_ms: list[float] = field(default_factory=list)
+    compute_ms: list[float] = field(default_factory=list)
+    h2d_ms: list[float] | None = None
+    d2h_ms: list[float] | None = None
+    enqueue_ms: list[float] | None = None
+    wall_s: float = 0.0
+    max_rel_error: float | None = None
+    tolerance: float | None = None
+    note: str = ""
+    null_reasons: dict[str, str] = field(default_factory=dict)
+
+
+def host_outputs(outputs: list[Any]) -> list[Any]:
+    """The outputs as float64 numpy arrays (for comparison)."""
+    import numpy as np
+
+    arrays = []
+    for o in outputs:
+        if hasattr(o, "detach"):
+            o = o.detach().float().cpu().numpy() if o.is_floating_point() else o.detach().cpu().numpy()
+        arrays.append(np.asarray(o, dtype=np.float64))
+    return arrays
+
+
+def reference_outputs(source: Source, batch_size: int) -> list[Any]:
+    """The eager PyTorch outputs at ``batch_size`` (what every backend is checked against)."""
+    import torch
+
+    inputs = tuple(t.to(source.device) for t in source.inputs(batch_size))
+    with torch.inference_mode(), source.autocast():
+        return host_outputs(flatten(source.model(*inputs)))
+
+
+def run_trial(source: Source, backend: str, batch_size: int, settings: Settings, onnx: Any,
+              reference: list[Any] | None, progress: Callable[[float], None] = lambda f: None) -> tuple[Trial, Any]:
+    """Prepare, warm up, check and time ``backend`` at ``batch_size``; returns the trial and its outputs."""
+    trial = Trial(backend=backend, batch_size=batch_size)
+    host = tuple(source.inputs(batch_size))
+    cuda = source.device == "cuda"
+    if cuda:
+        host = tuple(t.pin_memory() for t in host)
+        buffers = tuple(t.to(source.device) for t in host)
+    else:
+        buffers = host
+    runner: Runner | None = None
+    try:
+        runner = prepare(backend, source, buffers, batch_size, onnx)
+        trial.note = runner.note
+        for _ in range(max(settings.warmup, 1)):
+            runner.run()
+        outputs = host_outputs(runner.run())
+        if reference is not None:
+            trial.tolerance = tolerance(source.precision)
+            ok, err, why = compare(outputs, reference, trial.tolerance)
+            trial.max_rel_error = err
+            if not ok:
+                trial.status, trial.reason = "wrong", why
+        _time(trial, runner, host, buffers, settings, cuda, progress)
+        return trial, outputs
+    except BackendError as e:
+        trial.status, trial.reason = "error", str(e)
+        return trial, None
+    except Exception as e:  # noqa: BLE001 - a backend failing mid-run is reported, the other trials go on
+        trial.status, trial.reason = "error", f"{backend}: {type(e).__name__}: {str(e).strip()[:300]}"
+        return trial, None
+    finally:
+        if runner is not None:
+            runner.close()
+        del buffers
+        if cuda:
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+def _time(trial: Trial, runner: Runner, host: tuple[Any, ...], buffers: tuple[Any, ...], settings: Settings,
+          cuda: bool, progress: Callable[[float], None]) -> None:
+    target = settings.iterations if settings.duration_s is None else None
+    start = time.perf_counter()
+    if not cuda:
+        trial.null_reasons = {k: CPU_NULL_REASON for k in ("h2d_ms", "gpu_compute_ms", "d2h_ms", "enqueue_ms")}
+        while True:
+            t0 = time.perf_counter()
+            runner.run()
+            dt = (time.perf_counter() - t0) * 1e3
+            trial.latency_ms.append(dt)
+            trial.compute_ms.append(dt)
+            if _done(trial, target, settings, start, progress):
+                break
+        trial.wall_s = time.perf_counter() - start
+        return
+    import torch
+
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+    outs = [o for o in runner.run() if hasattr(o, "is_cuda") and o.is_cuda]
+    pinned = [torch.empty(o.shape, dtype=o.dtype, pin_memory=True) for o in outs]
+    trial.h2d_ms, trial.d2h_ms, trial.enqueue_ms = [], [], []
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    while True:
+        events[0].record()
+        for dst, src in zip(buffers, host):
+            dst.copy_(src, non_blocking=True)
+        events[1].record()
+        t0 = time.perf_counter()
+        out = [o for o in runner.run() if hasattr(o, "is_cuda") and o.is_cuda]
+        trial.enqueue_ms.append((time.perf_counter() - t0) * 1e3)
+        events[2].record()
+        for dst, src in zip(pinned, out):
+            dst.copy_(src, non_blocking=True)
+        events[3].record()
+        events[3].synchronize()
+        trial.h2d_ms.append(events[0].elapsed_time(events[1]))
+        trial.compute_ms.append(events[1].elapsed_time(events[2]))
+        trial.d2h_ms.append(events[2].elapsed_time(events[3]))
+        trial.latency_ms.append(events[0].elapsed_time(events[3]))
+        if _done(trial, target, settings, start, progress):
+            break
+    trial.wall_s = time.perf_counter() - start
+
+
+def _done(trial: Trial, target: int | None, settings: Settings, start: float,
+          progress: Callable[[float], None]) -> bool:
+    n = len(trial.latency_ms)
+    if target is not None:
+        progress(n / target)
+        return n >= target
+    elapsed = time.perf_counter() - start
+    progress(min(elapsed / settings.duration_s, 1.0))  # type: ignore[operator]
+    return elapsed >= settings.duration_s and n >= MIN_DURATION_ITERATIONS  # type: ignore[operator]
