@@ -7,6 +7,7 @@ exporter cannot keep it free) into a temporary folder shared by these backends.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import logging
 import tempfile
@@ -67,7 +68,10 @@ class OnnxFiles:
         kwargs: dict[str, Any] = {"input_names": list(src.input_names), "dynamo": True}
         if dynamic:
             batch = torch.export.Dim("batch", min=1, max=MAX_EXPORT_BATCH)
-            kwargs["dynamic_shapes"] = tuple({0: batch} for _ in example)
+            shapes = tuple({0: batch} for _ in example)
+            params = list(inspect.signature(src.model.forward).parameters.values())
+            packed = len(params) == 1 and params[0].kind is inspect.Parameter.VAR_POSITIONAL
+            kwargs["dynamic_shapes"] = (shapes,) if packed else shapes  # forward(*tensors) takes them as one
         # The exporter prints its progress and logs warnings about absent optional packages: keep them quiet.
         quiet = logging.getLogger("torch.onnx")
         level = quiet.level
@@ -89,6 +93,16 @@ def _stem(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(name).stem) or "model"
 
 
+def feeds_for(graph_inputs: list[str], source: Source, buffers: tuple[Any, ...]) -> list[Any]:
+    """The buffer of each graph input, by name (an exporter drops inputs the model never reads, e.g. labels)."""
+    names = list(source.input_names)
+    if all(n in names for n in graph_inputs):
+        return [buffers[names.index(n)] for n in graph_inputs]
+    if len(graph_inputs) == len(buffers):
+        return list(buffers)
+    raise BackendError(f"the ONNX graph's inputs {graph_inputs} do not match the model's {names}")
+
+
 def _numpy(t: Any) -> Any:
     return t.numpy() if hasattr(t, "numpy") else t
 
@@ -100,10 +114,10 @@ def onnxruntime(source: Source, buffers: tuple[Any, ...], path: Path, *, trt: bo
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    names = [i.name for i in ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]).get_inputs()]
     if source.device == "cpu" and not trt:
         sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        feeds = {n: _numpy(b) for n, b in zip(names, buffers)}  # CPU tensors share memory with these arrays
+        names = [i.name for i in sess.get_inputs()]
+        feeds = {n: _numpy(b) for n, b in zip(names, feeds_for(names, source, buffers))}  # CPU tensors share memory with these arrays
         return Runner(run=lambda: sess.run(None, feeds), note="CPUExecutionProvider")
     stream = str(torch.cuda.current_stream().cuda_stream)
     cuda_opts = {"device_id": str(torch.cuda.current_device()), "user_compute_stream": stream}
@@ -113,6 +127,8 @@ def onnxruntime(source: Source, buffers: tuple[Any, ...], path: Path, *, trt: bo
                                                            "user_compute_stream": stream,
                                                            "trt_fp16_enable": source.precision == "fp16"}))
     sess = ort.InferenceSession(str(path), opts, providers=providers)
+    names = [i.name for i in sess.get_inputs()]
+    buffers = tuple(feeds_for(names, source, buffers))
     first = sess.run(None, {n: b.cpu().numpy() for n, b in zip(names, buffers)})
     outs = [torch.from_numpy(a).to(source.device) for a in first]
     binding = sess.io_binding()
@@ -141,7 +157,9 @@ def openvino(source: Source, buffers: tuple[Any, ...], path: Path) -> Runner:
 
     core = ov.Core()
     model = core.read_model(str(path))
-    model.reshape({i.get_any_name(): list(b.shape) for i, b in zip(model.inputs, buffers)})
+    names = [i.get_any_name() for i in model.inputs]
+    buffers = tuple(feeds_for(names, source, buffers))
+    model.reshape({n: list(b.shape) for n, b in zip(names, buffers)})
     compiled = core.compile_model(model, "CPU", {"PERFORMANCE_HINT": "LATENCY"})
     request = compiled.create_infer_request()
     arrays = [_numpy(b) for b in buffers]
@@ -173,9 +191,10 @@ def tensorrt(source: Source, buffers: tuple[Any, ...], path: Path) -> Runner:
         config.set_flag(trt.BuilderFlag.BF16)
     elif source.precision == "tf32":
         config.set_flag(trt.BuilderFlag.TF32)
+    names = [network.get_input(i).name for i in range(network.num_inputs)]
+    buffers = tuple(feeds_for(names, source, buffers))
     profile = builder.create_optimization_profile()
-    for i, b in enumerate(buffers):
-        name = network.get_input(i).name
+    for name, b in zip(names, buffers):
         profile.set_shape(name, tuple(b.shape), tuple(b.shape), tuple(b.shape))
     config.add_optimization_profile(profile)
     plan = builder.build_serialized_network(network, config)
@@ -183,9 +202,7 @@ def tensorrt(source: Source, buffers: tuple[Any, ...], path: Path) -> Runner:
         raise BackendError("tensorrt: the engine build failed (see TensorRT's messages above)")
     engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
     context = engine.create_execution_context()
-    inputs = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)
-              if engine.get_tensor_mode(engine.get_tensor_name(i)) == trt.TensorIOMode.INPUT]
-    for name, b in zip(inputs, buffers):
+    for name, b in zip(names, buffers):
         context.set_input_shape(name, tuple(b.shape))
         context.set_tensor_address(name, b.data_ptr())
     outs = []

@@ -67,7 +67,7 @@ def device_info(device: str) -> dict[str, Any]:
 
     import torch
 
-    versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
+    versions = {"torch": str(torch.__version__), "python": sys.version.split()[0]}
     for pkg in ("onnxruntime", "onnxruntime-gpu", "openvino", "tensorrt", "onnx"):
         try:
             versions[pkg] = md.version(pkg)

@@ -122,7 +122,7 @@ class _WorkloadForward:
                 self.model = workload.model  # registers the parameters
 
             def forward(self, *tensors: Any) -> Any:
-                return workload.infer(dict(zip(keys, tensors)))
+                return workload.scores(dict(zip(keys, tensors)))
 
         return WorkloadForward().eval()
 

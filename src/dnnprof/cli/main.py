@@ -28,6 +28,7 @@ COMMANDS = [
     "monitor",
     "query",
     "view",
+    "bench",
 ]
 
 app = typer.Typer(

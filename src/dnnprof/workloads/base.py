@@ -118,6 +118,11 @@ class Workload:
         """Inference forward of ``batch`` (already on the device); runs under ``inference_mode``."""
         raise NotImplementedError
 
+    def scores(self, batch: dict[str, torch.Tensor]) -> Any:
+        """The inference forward's raw outputs (logits, before any argmax decoding): what ``dnnprof bench`` times
+        and compares across backends. Defaults to ``infer``."""
+        return self.infer(batch)
+
     def nominal_items_per_step(self) -> float:
         """Items one step processes with the configured shapes (default: the batch size)."""
         return float(self.batch_size)

@@ -123,7 +123,10 @@ class DeepSpeech2Workload(Workload):
         )
 
     def infer(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.model(batch["features"]).argmax(dim=-1)  # greedy CTC decoding, collapsed on the host
+        return self.scores(batch).argmax(dim=-1)  # greedy CTC decoding, collapsed on the host
+
+    def scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(batch["features"])
 
     def nominal_items_per_step(self) -> float:
         return self.batch_size * float(self.params["audio_s"])

@@ -60,7 +60,10 @@ class _TranslationWorkload(Workload):
         )
 
     def infer(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.model(batch["src"], batch["tgt"][:, :-1]).argmax(dim=-1)
+        return self.scores(batch).argmax(dim=-1)
+
+    def scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(batch["src"], batch["tgt"][:, :-1])
 
     @property
     def input_desc(self) -> str:

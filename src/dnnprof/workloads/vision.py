@@ -154,7 +154,10 @@ class _ImageWorkload(Workload):
         return F.cross_entropy(self.model(batch["image"]), batch["label"])
 
     def infer(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.model(batch["image"]).argmax(dim=1)
+        return self.scores(batch).argmax(dim=1)
+
+    def scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(batch["image"])
 
     @property
     def input_desc(self) -> str:
