@@ -1,0 +1,222 @@
+"""``dnnprof bench`` on the CPU: backends measured and checked against eager, the JSON schema, clean skips, a wrong
+backend caught, one-line errors for bad inputs. No assertion depends on how fast anything ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dnnprof.analysis.bench_report import LATENCY_KEYS, bench_document, diagnoses, knees, latency_stats  # noqa: E402
+from dnnprof.bench import backends_torch  # noqa: E402
+from dnnprof.bench.backends import Runner, unavailable  # noqa: E402
+from dnnprof.bench.session import run_bench  # noqa: E402
+from dnnprof.bench.sources import build_source, workload_spec  # noqa: E402
+from dnnprof.bench.trial import Settings  # noqa: E402
+from dnnprof.cli.main import main  # noqa: E402
+
+SCHEMA = Path(__file__).parents[1] / "src" / "dnnprof" / "render" / "schemas" / "bench-1.schema.json"
+FAST = ["--device", "cpu", "--warmup", "1", "--iterations", "5", "-q"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread: the test machine's cores are shared, and oversubscription makes tiny models crawl."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _validate(doc: dict) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+
+
+def _ordered(lat: dict) -> None:
+    values = [lat[k] for k in ("min", "p50", "p90", "p95", "p99", "max")]
+    assert values == sorted(values)
+    assert lat["min"] <= lat["mean"] <= lat["max"]
+
+
+def test_cpu_backends_measured_checked_and_valid_json(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    backends = "eager,compile,onnxruntime,openvino,cuda-graph,tensorrt"
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "resnet50-tiny", "--batch-sizes", "1,2", "--backends", backends, "--json", str(out), *FAST])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    _validate(doc)
+    assert doc["schema"] == "dnnprof.bench/1" and doc["device"]["type"] == "cpu"
+    by = {(r["backend"], r["batch_size"]): r for r in doc["results"]}
+    assert len(by) == 12
+    expect_ok = ["eager", "compile", "onnxruntime"] + (["openvino"] if unavailable("openvino", _Src()) is None else [])
+    for name in expect_ok:
+        for b in (1, 2):
+            r = by[(name, b)]
+            assert r["status"] == "ok", r["reason"]
+            assert r["iterations"] == 5 and r["throughput_samples_per_s"] == pytest.approx(b * r["throughput_qps"])
+            _ordered(r["latency_ms"])
+            assert r["gpu_compute_ms"] is None and r["h2d_ms"] is None and r["null_reasons"]["h2d_ms"]
+            assert r["compute_ms"] is not None
+            if name != "eager":
+                assert r["max_rel_error"] <= r["tolerance"] and r["reference_backend"] == "eager"
+    for b in (1, 2):
+        assert by[("cuda-graph", b)]["status"] == "skipped" and "cuda" in by[("cuda-graph", b)]["reason"]
+        assert by[("tensorrt", b)]["status"] == "skipped"
+    assert {k["backend"] for k in doc["knee"]} >= set(expect_ok)
+
+
+class _Src:
+    """Enough of a Source for ``unavailable``: fp32 on the CPU with a PyTorch model."""
+
+    model = object()
+    device = "cpu"
+    precision = "fp32"
+
+
+def test_token_workload_reports_tokens_per_second() -> None:
+    src = build_source(workload_spec("gpt2-tiny", device="cpu", precision="fp32", max_batch=2))
+    raw = run_bench(src, ["eager"], [2], Settings(warmup=1, iterations=3))
+    (r,) = bench_document(raw)["results"]
+    assert r["status"] == "ok"
+    assert r["throughput_tokens_per_s"] == pytest.approx(r["throughput_samples_per_s"] * 64)
+
+
+def test_backend_returning_wrong_values_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    def off_by_one(source, buffers, mode):
+        runner = backends_torch.eager(source, buffers)
+        return Runner(run=lambda: [o + 1.0 for o in runner.run()])
+
+    monkeypatch.setattr(backends_torch, "compiled", off_by_one)
+    src = build_source(workload_spec("resnet50-tiny", device="cpu", precision="fp32", max_batch=1))
+    doc = bench_document(run_bench(src, ["eager", "compile"], [1], Settings(warmup=1, iterations=3)))
+    eager, wrong = doc["results"]
+    assert eager["status"] == "ok"
+    assert wrong["status"] == "wrong" and "differ from eager" in wrong["reason"]
+    assert wrong["max_rel_error"] > wrong["tolerance"]
+
+
+def test_missing_backend_is_a_clean_skip(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a))
+    src = build_source(workload_spec("resnet50-tiny", device="cpu", precision="fp32", max_batch=1))
+    doc = bench_document(run_bench(src, ["openvino"], [1], Settings(warmup=1, iterations=2)))
+    (r,) = doc["results"]
+    assert r["status"] == "skipped" and "openvino is not installed" in r["reason"]
+    assert r["latency_ms"] is None and r["throughput_qps"] is None and r["diagnoses"] == []
+    _validate(doc)
+
+
+def _tiny_onnx(path: Path) -> Path:
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(__import__("numpy").ones((4, 3), dtype="float32"), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "tiny",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_onnx_file_runs_on_onnx_backends_only(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    path = _tiny_onnx(tmp_path / "tiny.onnx")
+    out = tmp_path / "b.json"
+    assert main(["bench", "--onnx", str(path), "--backends", "eager,onnxruntime,openvino", "--batch-sizes", "3",
+                 "--json", str(out), *FAST]) == 0
+    doc = json.loads(out.read_text())
+    _validate(doc)
+    by = {r["backend"]: r for r in doc["results"]}
+    assert by["eager"]["status"] == "skipped" and "ONNX file" in by["eager"]["reason"]
+    assert by["onnxruntime"]["status"] == "ok"
+    if by["openvino"]["status"] != "skipped":
+        assert by["openvino"]["status"] == "ok" and by["openvino"]["reference_backend"] == "onnxruntime"
+
+
+SCRIPT = """
+import torch
+
+def dnnprof_bench(batch_size):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU()), torch.randn(batch_size, 8)
+
+if __name__ == "__main__":
+    raise SystemExit("the script's own main must not run under dnnprof bench")
+"""
+
+
+def test_script_hook(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "b.json"
+    assert main(["bench", "--backends", "eager", "--batch-sizes", "1,4", "--json", str(out), *FAST, "--",
+                 "python", str(script)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["workload"] == "model.py" and doc["source_kind"] == "script"
+    assert [r["status"] for r in doc["results"]] == ["ok", "ok"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "resnet50-tiny", "--backends", "eager,warp-drive"], "unknown backend 'warp-drive'"),
+    (["bench", "resnet50-tiny", "--batch-sizes", "0"], "not a positive integer"),
+    (["bench", "resnet50-tiny", "--iterations", "5", "--duration", "1"], "not both"),
+    (["bench", "--backends", "eager"], "give one thing to benchmark"),
+    (["bench", "no-such-workload"], "no-such-workload"),
+])
+def test_bad_options_are_one_line(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*args, "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dnnprof: error:") and message in err[0]
+
+
+def test_bad_onnx_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("onnx")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07this is not a protobuf model\xff\xff")
+    assert main(["bench", "--onnx", str(bad), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.onnx" in err[0] and ("ONNX" in err[0])
+
+
+def test_script_without_hook_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\n")
+    assert main(["bench", "--device", "cpu", "--", "python", str(script)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "defines no function dnnprof_bench()" in err[0]
+
+
+# --- the report's arithmetic, on made-up samples -------------------------------------------------------------------
+def test_latency_stats_ordered_and_exact() -> None:
+    s = latency_stats([float(x) for x in range(1, 101)])
+    assert list(s) == list(LATENCY_KEYS)
+    assert s["min"] == 1 and s["max"] == 100 and s["mean"] == 50.5 and s["p50"] == 50.5
+    assert s["p90"] == pytest.approx(90.1) and s["p99"] == pytest.approx(99.01)
+
+
+def test_diagnoses_follow_trtexec() -> None:
+    base = {"backend": "eager", "gpu_compute_ms": 1.0, "enqueue_ms": 0.1, "h2d_ms": 0.1, "d2h_ms": 0.1, "cv_pct": 0.5}
+    assert diagnoses(base) == []
+    ids = lambda r: [d["id"] for d in diagnoses({**base, **r})]  # noqa: E731
+    assert ids({"enqueue_ms": 0.9}) == ["enqueue_bound"]
+    assert "cuda-graph" in diagnoses({**base, "enqueue_ms": 0.9})[0]["message"]
+    assert ids({"h2d_ms": 0.7, "d2h_ms": 0.4}) == ["transfer_bound"]
+    assert ids({"cv_pct": 1.5}) == ["unstable"]
+    assert ids({"gpu_compute_ms": None, "enqueue_ms": None, "h2d_ms": None, "d2h_ms": None}) == []
+
+
+def test_knee_is_smallest_batch_near_best() -> None:
+    rows = [{"backend": "x", "status": "ok", "batch_size": b, "throughput_samples_per_s": t, "latency_ms": {"p50": l}}
+            for b, t, l in ((1, 100.0, 1.0), (8, 700.0, 1.1), (32, 950.0, 3.4), (64, 1000.0, 6.4))]
+    (k,) = knees(rows)
+    assert k["knee_batch_size"] == 32 and k["best_batch_size"] == 64 and len(k["points"]) == 4
