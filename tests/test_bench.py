@@ -216,7 +216,7 @@ def test_diagnoses_follow_trtexec() -> None:
 
 
 def test_knee_is_smallest_batch_near_best() -> None:
-    rows = [{"backend": "x", "status": "ok", "batch_size": b, "throughput_samples_per_s": t, "latency_ms": {"p50": l}}
-            for b, t, l in ((1, 100.0, 1.0), (8, 700.0, 1.1), (32, 950.0, 3.4), (64, 1000.0, 6.4))]
+    rows = [{"backend": "x", "status": "ok", "batch_size": b, "throughput_samples_per_s": t, "latency_ms": {"p50": lat}}
+            for b, t, lat in ((1, 100.0, 1.0), (8, 700.0, 1.1), (32, 950.0, 3.4), (64, 1000.0, 6.4))]
     (k,) = knees(rows)
     assert k["knee_batch_size"] == 32 and k["best_batch_size"] == 64 and len(k["points"]) == 4

@@ -94,7 +94,7 @@ def prepare(name: str, source: Source, buffers: tuple[Any, ...], batch_size: int
         return makers[name]()
     except BackendError:
         raise
-    except Exception as e:  # noqa: BLE001 - any failure of a third-party backend is reported, not raised
+    except Exception as e:
         raise BackendError(f"{name}: {type(e).__name__}: {_first_line(e)}") from e
 
 

@@ -117,7 +117,7 @@ def onnxruntime(source: Source, buffers: tuple[Any, ...], path: Path, *, trt: bo
     if source.device == "cpu" and not trt:
         sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         names = [i.name for i in sess.get_inputs()]
-        feeds = {n: _numpy(b) for n, b in zip(names, feeds_for(names, source, buffers))}  # CPU tensors share memory with these arrays
+        feeds = {n: _numpy(b) for n, b in zip(names, feeds_for(names, source, buffers), strict=False)}  # CPU tensors share memory with these arrays
         return Runner(run=lambda: sess.run(None, feeds), note="CPUExecutionProvider")
     stream = str(torch.cuda.current_stream().cuda_stream)
     cuda_opts = {"device_id": str(torch.cuda.current_device()), "user_compute_stream": stream}
@@ -129,13 +129,13 @@ def onnxruntime(source: Source, buffers: tuple[Any, ...], path: Path, *, trt: bo
     sess = ort.InferenceSession(str(path), opts, providers=providers)
     names = [i.name for i in sess.get_inputs()]
     buffers = tuple(feeds_for(names, source, buffers))
-    first = sess.run(None, {n: b.cpu().numpy() for n, b in zip(names, buffers)})
+    first = sess.run(None, {n: b.cpu().numpy() for n, b in zip(names, buffers, strict=False)})
     outs = [torch.from_numpy(a).to(source.device) for a in first]
     binding = sess.io_binding()
     dev = torch.cuda.current_device()
-    for n, b in zip(names, buffers):
+    for n, b in zip(names, buffers, strict=False):
         binding.bind_input(n, "cuda", dev, _numpy_dtype(b), list(b.shape), b.data_ptr())
-    for o, t in zip(sess.get_outputs(), outs):
+    for o, t in zip(sess.get_outputs(), outs, strict=False):
         binding.bind_output(o.name, "cuda", dev, _numpy_dtype(t), list(t.shape), t.data_ptr())
 
     def run() -> list[Any]:
@@ -159,7 +159,7 @@ def openvino(source: Source, buffers: tuple[Any, ...], path: Path) -> Runner:
     model = core.read_model(str(path))
     names = [i.get_any_name() for i in model.inputs]
     buffers = tuple(feeds_for(names, source, buffers))
-    model.reshape({n: list(b.shape) for n, b in zip(names, buffers)})
+    model.reshape({n: list(b.shape) for n, b in zip(names, buffers, strict=False)})
     compiled = core.compile_model(model, "CPU", {"PERFORMANCE_HINT": "LATENCY"})
     request = compiled.create_infer_request()
     arrays = [_numpy(b) for b in buffers]
@@ -194,7 +194,7 @@ def tensorrt(source: Source, buffers: tuple[Any, ...], path: Path) -> Runner:
     names = [network.get_input(i).name for i in range(network.num_inputs)]
     buffers = tuple(feeds_for(names, source, buffers))
     profile = builder.create_optimization_profile()
-    for name, b in zip(names, buffers):
+    for name, b in zip(names, buffers, strict=False):
         profile.set_shape(name, tuple(b.shape), tuple(b.shape), tuple(b.shape))
     config.add_optimization_profile(profile)
     plan = builder.build_serialized_network(network, config)
@@ -202,7 +202,7 @@ def tensorrt(source: Source, buffers: tuple[Any, ...], path: Path) -> Runner:
         raise BackendError("tensorrt: the engine build failed (see TensorRT's messages above)")
     engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
     context = engine.create_execution_context()
-    for name, b in zip(names, buffers):
+    for name, b in zip(names, buffers, strict=False):
         context.set_input_shape(name, tuple(b.shape))
         context.set_tensor_address(name, b.data_ptr())
     outs = []

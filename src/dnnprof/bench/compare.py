@@ -21,7 +21,7 @@ def compare(outputs: list[Any], reference: list[Any], tol: float) -> tuple[bool,
     if len(outputs) != len(reference):
         return False, None, f"{len(outputs)} outputs where the reference has {len(reference)}"
     worst = 0.0
-    for i, (a, r) in enumerate(zip(outputs, reference)):
+    for i, (a, r) in enumerate(zip(outputs, reference, strict=False)):
         if a.shape != r.shape:
             return False, None, f"output {i} has shape {list(a.shape)}, the reference {list(r.shape)}"
         if not np.isfinite(a).all() and np.isfinite(r).all():

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     done = 0
     try:
         while done < (args.max_steps if ctl is None else ctl.plan.total_steps + 1):  # steady warm-up extends it
-            for dst, src in zip(buffers, host):
+            for dst, src in zip(buffers, host, strict=False):
                 if dst is not src:
                     dst.copy_(src, non_blocking=True)
             outs = runner.run()

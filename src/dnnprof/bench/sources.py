@@ -97,7 +97,7 @@ def onnx_spec(path: str, *, device: str, precision: str) -> dict[str, Any]:
 
 def script_spec(command: list[str], *, device: str, precision: str) -> dict[str, Any]:
     """The spec of ``-- python script.py ARGS`` (or ``-- script.py ARGS``)."""
-    if command and os.path.basename(command[0]) in PYTHON_NAMES or (command and command[0] == sys.executable):
+    if (command and os.path.basename(command[0]) in PYTHON_NAMES) or (command and command[0] == sys.executable):
         command = command[1:]
     if not command:
         raise SourceError("no script given after --: dnnprof bench -- python script.py")
@@ -122,7 +122,7 @@ class _WorkloadForward:
                 self.model = workload.model  # registers the parameters
 
             def forward(self, *tensors: Any) -> Any:
-                return workload.scores(dict(zip(keys, tensors)))
+                return workload.scores(dict(zip(keys, tensors, strict=False)))
 
         return WorkloadForward().eval()
 

@@ -140,14 +140,14 @@ def _time(trial: Trial, runner: Runner, host: tuple[Any, ...], buffers: tuple[An
     start = time.perf_counter()
     while True:
         events[0].record()
-        for dst, src in zip(buffers, host):
+        for dst, src in zip(buffers, host, strict=False):
             dst.copy_(src, non_blocking=True)
         events[1].record()
         t0 = time.perf_counter()
         out = [o for o in runner.run() if hasattr(o, "is_cuda") and o.is_cuda]
         trial.enqueue_ms.append((time.perf_counter() - t0) * 1e3)
         events[2].record()
-        for dst, src in zip(pinned, out):
+        for dst, src in zip(pinned, out, strict=False):
             dst.copy_(src, non_blocking=True)
         events[3].record()
         events[3].synchronize()

@@ -67,7 +67,7 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
     for i, h in enumerate(HEADER):
         table.add_column(h, justify="left" if i < 3 else "right", no_wrap=i < 3)
     style = {"ok": "", "skipped": "dim", "error": "red", "wrong": "bold red"}
-    for r, row in zip(doc["results"], rows(doc)):
+    for r, row in zip(doc["results"], rows(doc), strict=False):
         table.add_row(*[clean(c) for c in row], style=style.get(r["status"], ""))
     console.print(table)
     for line in notes(doc):

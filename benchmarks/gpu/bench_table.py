@@ -1,0 +1,148 @@
+"""``dnnprof bench`` on one GPU: GPT-2 124M (sequence 1024; batch 1 and 8) and ResNet-50 (batch 1 and 64) on every
+backend there, and the harness's own cost against a plain CUDA-event loop written here.
+
+Run on the GPU machine (dnnprof from this checkout on PYTHONPATH; transformers, torchvision; onnx, onnxscript and
+onnxruntime-gpu / tensorrt when present):
+    OUT=out python benchmarks/gpu/bench_table.py                    # ~6 min on an H100
+    OUT=out python benchmarks/gpu/bench_table.py --models resnet50 --precision fp32
+
+Each model is benchmarked by ``dnnprof bench --json`` in its own processes, one per backend group (eager and CUDA
+graphs; torch.compile; the ONNX backends, which share one export), each under a time limit, inside a global
+deadline; a group that runs out of time keeps its rows as ``error`` with the reason. Then, in this process, the same
+eager model at the same batch is timed by a plain loop (pinned H2D copy, forward, D2H copy, CUDA events, sync) of the
+same iterations: ``harness_overhead_pct`` = dnnprof's eager p50 latency / the plain loop's p50 - 1. Writes
+$OUT/bench_table.json (the merged dnnprof.bench/1 documents and the overhead rows) and $OUT/bench_table.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOK = Path(__file__).resolve().parent / "bench_models.py"
+BATCHES = {"gpt2": "1,8", "resnet50": "1,64"}
+#: (backends, time limit in seconds) per group; the ONNX group exports once for its backends.
+GROUPS = {
+    "gpt2": [("eager,cuda-graph", 60), ("compile", 100), ("onnxruntime,onnxruntime-trt,tensorrt", 110)],
+    "resnet50": [("eager,cuda-graph", 45), ("compile", 70), ("onnxruntime,onnxruntime-trt,tensorrt", 80)],
+}
+DEADLINE_S = 330.0
+ITERATIONS, WARMUP = 50, 5
+
+
+def run_group(model: str, backends: str, limit_s: float, precision: str, out: Path) -> dict[str, Any] | None:
+    path = out / f"{model}-{backends.split(',')[0]}.json"
+    cmd = [sys.executable, "-m", "dnnprof.cli.main", "bench", "--device", "cuda", "--precision", precision,
+           "--batch-sizes", BATCHES[model], "--backends", backends, "--warmup", str(WARMUP), "--iterations",
+           str(ITERATIONS), "--json", str(path), "--", "python", str(HOOK), model]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=limit_s)
+        tail = (proc.stdout + proc.stderr)[-3000:]
+    except subprocess.TimeoutExpired as e:
+        tail = f"timed out after {limit_s:.0f} s; {(e.stderr or b'')[-500:]!r}"
+    print(f"[{model} {backends}] {time.time() - t0:.0f} s\n{tail}", flush=True)
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"results": [{"backend": b, "batch_size": int(n), "status": "error", "reason": tail.strip()[-300:]}
+                        for b in backends.split(",") for n in BATCHES[model].split(",")]}
+
+
+def plain_loop(model_name: str, batch_size: int, precision: str) -> dict[str, Any]:
+    """The same eager forward, timed the obvious way, with the same copies and synchronisation per query."""
+    import runpy
+
+    import torch
+
+    build = runpy.run_path(str(HOOK))["build"]
+    model, x, _ = build(model_name, batch_size)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
+    model = model.to("cuda", dtype=dtype).eval()
+    host = (x.to(dtype) if x.is_floating_point() else x).pin_memory()
+    dev = host.to("cuda")
+    with torch.inference_mode():
+        out = model(dev)
+        out = out[0] if isinstance(out, tuple) else out
+        pinned = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for i in range(WARMUP + ITERATIONS):
+            start.record()
+            dev.copy_(host, non_blocking=True)
+            out = model(dev)
+            out = out[0] if isinstance(out, tuple) else out
+            pinned.copy_(out, non_blocking=True)
+            end.record()
+            end.synchronize()
+            if i >= WARMUP:
+                times.append(start.elapsed_time(end))
+    del model, dev, out
+    torch.cuda.empty_cache()
+    times.sort()
+    return {"p50_ms": times[len(times) // 2], "mean_ms": sum(times) / len(times), "iterations": len(times)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--models", default="gpt2,resnet50")
+    p.add_argument("--precision", default="fp16")
+    args = p.parse_args()
+    out = Path(os.environ.get("OUT", "out"))
+    out.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(ROOT / "src"))
+    from dnnprof.render.bench_table import markdown
+
+    t0 = time.time()
+    docs, overhead = {}, []
+    for model in args.models.split(","):
+        merged: dict[str, Any] | None = None
+        for backends, limit in GROUPS[model]:
+            left = DEADLINE_S - (time.time() - t0)
+            if left < 20:
+                print(f"[{model} {backends}] skipped: the {DEADLINE_S:.0f} s deadline is near", flush=True)
+                continue
+            doc = run_group(model, backends, min(limit, left), args.precision, out)
+            if merged is None and doc and "schema" in doc:
+                merged = doc
+            elif merged is not None and doc:
+                merged["results"] += doc["results"]
+                merged["knee"] = merged.get("knee", []) + doc.get("knee", [])
+        docs[model] = merged
+        for b in BATCHES[model].split(","):
+            eager = next((r for r in (merged or {}).get("results", [])
+                          if r["backend"] == "eager" and r["batch_size"] == int(b) and r["status"] == "ok"), None)
+            try:
+                plain = plain_loop(model, int(b), args.precision)
+            except Exception as e:  # noqa: BLE001 - keep the row, say why
+                plain = {"error": f"{type(e).__name__}: {e}"}
+            row = {"model": model, "batch_size": int(b), "plain": plain,
+                   "dnnprof_p50_ms": eager["latency_ms"]["p50"] if eager else None}
+            if eager and plain.get("p50_ms"):
+                row["harness_overhead_pct"] = (eager["latency_ms"]["p50"] / plain["p50_ms"] - 1) * 100
+            overhead.append(row)
+            print(json.dumps(row), flush=True)
+    (out / "bench_table.json").write_text(json.dumps({"docs": docs, "overhead": overhead,
+                                                       "wall_s": time.time() - t0}, indent=1))
+    md = [markdown(d) for d in docs.values() if d and "schema" in d]
+    md.append("### Harness overhead (eager, p50 latency)\n\n| model | batch | plain loop ms | dnnprof ms | overhead % |\n"
+              "|---|---|---|---|---|")
+    for r in overhead:
+        pct = r.get("harness_overhead_pct")
+        md.append(f"| {r['model']} | {r['batch_size']} | {r['plain'].get('p50_ms', r['plain'].get('error'))} | "
+                  f"{r['dnnprof_p50_ms']} | {'-' if pct is None else f'{pct:+.2f}'} |")
+    (out / "bench_table.md").write_text("\n\n".join(md) + "\n")
+    print("\n\n".join(md))
+    print(f"total {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
