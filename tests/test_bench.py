@@ -112,6 +112,10 @@ def test_missing_backend_is_a_clean_skip(monkeypatch: pytest.MonkeyPatch) -> Non
     assert r["status"] == "skipped" and "openvino is not installed" in r["reason"]
     assert r["latency_ms"] is None and r["throughput_qps"] is None and r["diagnoses"] == []
     _validate(doc)
+    from dnnprof.render.bench_table import markdown
+
+    text = markdown(doc)
+    assert "| openvino | 1 | skipped |" in text and "openvino is not installed" in text
 
 
 def _tiny_onnx(path: Path) -> Path:
@@ -164,6 +168,10 @@ def test_script_hook(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["workload"] == "model.py" and doc["source_kind"] == "script"
     assert [r["status"] for r in doc["results"]] == ["ok", "ok"]
+    assert main(["bench", "--backends", "eager", "--batch-sizes", "2", "--json", str(out), "--device", "cpu",
+                 "--warmup", "0", "--duration", "0.05", "-q", "--", str(script)]) == 0
+    (r,) = json.loads(out.read_text())["results"]
+    assert r["status"] == "ok" and r["iterations"] >= 5 and r["wall_s"] > 0
 
 
 @pytest.mark.parametrize("args, message", [

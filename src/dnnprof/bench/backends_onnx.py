@@ -178,7 +178,9 @@ def tensorrt(source: Source, buffers: tuple[Any, ...], path: Path) -> Runner:
 
     logger = trt.Logger(trt.Logger.ERROR)
     builder = trt.Builder(logger)
-    network = builder.create_network(0)
+    major = int(trt.__version__.split(".")[0])
+    # TensorRT 10 networks are explicit-batch only; before 10 the flag must be asked for.
+    network = builder.create_network(0 if major >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse(path.read_bytes()):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))

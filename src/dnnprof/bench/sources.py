@@ -71,7 +71,8 @@ class Source:
         dtype = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(self.precision)
         if dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device, dtype=dtype)
+        # No weight-cast cache: a CUDA graph captured under autocast must not keep casts made outside it.
+        return torch.autocast(device_type=self.device, dtype=dtype, cache_enabled=False)
 
 
 def build_source(spec: dict[str, Any]) -> Source:

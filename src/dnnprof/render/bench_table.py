@@ -33,6 +33,13 @@ def rows(doc: dict[str, Any]) -> list[list[str]]:
     return out
 
 
+def visible(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows without the columns that are empty in every row (H2D/D2H/enqueue on a CPU, tokens/s)."""
+    body = rows(doc)
+    keep = [i for i, _ in enumerate(HEADER) if i < 3 or any(r[i] != "-" for r in body)]
+    return [HEADER[i] for i in keep], [[r[i] for i in keep] for r in body]
+
+
 def notes(doc: dict[str, Any]) -> list[str]:
     """Sentences under the table: why a backend was skipped, failed or wrong; diagnoses; knees; run dirs."""
     lines = []
@@ -64,10 +71,11 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
 
     console = console or Console()
     table = Table(title=clean(title(doc)), title_justify="left")
-    for i, h in enumerate(HEADER):
-        table.add_column(h, justify="left" if i < 3 else "right", no_wrap=i < 3)
+    header, body = visible(doc)
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i < 3 else "right", no_wrap=True)
     style = {"ok": "", "skipped": "dim", "error": "red", "wrong": "bold red"}
-    for r, row in zip(doc["results"], rows(doc), strict=False):
+    for r, row in zip(doc["results"], body, strict=False):
         table.add_row(*[clean(c) for c in row], style=style.get(r["status"], ""))
     console.print(table)
     for line in notes(doc):
@@ -76,8 +84,9 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
 
 def markdown(doc: dict[str, Any]) -> str:
     """The same report as a Markdown table with its notes below."""
-    lines = [f"### {title(doc)}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows(doc)]
+    header, body = visible(doc)
+    lines = [f"### {title(doc)}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
     extra = notes(doc)
     if extra:
         lines += [""] + [f"- {n}" for n in extra]

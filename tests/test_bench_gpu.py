@@ -1,0 +1,40 @@
+"""``dnnprof bench`` on a GPU: CUDA-event phases, CUDA graphs and compile checked against eager."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+from dnnprof.analysis.bench_report import bench_document  # noqa: E402
+from dnnprof.bench.session import run_bench  # noqa: E402
+from dnnprof.bench.sources import build_source, workload_spec  # noqa: E402
+from dnnprof.bench.trial import Settings  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def doc():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    src = build_source(workload_spec("resnet50-tiny", device="cuda", precision="fp32", max_batch=8))
+    backends = ["eager", "cuda-graph", "compile", "compile-reduce-overhead", "onnxruntime", "tensorrt"]
+    return bench_document(run_bench(src, backends, [1, 8], Settings(warmup=3, iterations=20)))
+
+
+def test_phases_add_up_to_latency(doc) -> None:
+    for r in doc["results"]:
+        if r["status"] != "ok":
+            continue
+        parts = r["h2d_ms"] + r["gpu_compute_ms"] + r["d2h_ms"]
+        assert parts == pytest.approx(r["latency_ms"]["mean"], rel=0.02)
+        assert r["enqueue_ms"] is not None and r["null_reasons"] == {}
+
+
+def test_gpu_backends_match_eager(doc) -> None:
+    by = {(r["backend"], r["batch_size"]): r for r in doc["results"]}
+    for b in (1, 8):
+        for name in ("eager", "cuda-graph", "compile", "compile-reduce-overhead"):
+            assert by[(name, b)]["status"] == "ok", by[(name, b)]["reason"]
+        for name in ("onnxruntime", "tensorrt"):
+            assert by[(name, b)]["status"] in ("ok", "skipped"), by[(name, b)]["reason"]
