@@ -15,7 +15,7 @@ from dnnprof.bench import backends_torch  # noqa: E402
 from dnnprof.bench.backends import Runner, unavailable  # noqa: E402
 from dnnprof.bench.session import run_bench  # noqa: E402
 from dnnprof.bench.sources import build_source, workload_spec  # noqa: E402
-from dnnprof.bench.trial import Settings  # noqa: E402
+from dnnprof.bench.trial import Settings, reference_outputs  # noqa: E402
 from dnnprof.cli.main import main  # noqa: E402
 
 SCHEMA = Path(__file__).parents[1] / "src" / "dnnprof" / "render" / "schemas" / "bench-1.schema.json"
@@ -94,6 +94,8 @@ def test_backend_returning_wrong_values_is_caught(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(backends_torch, "compiled", off_by_one)
     src = build_source(workload_spec("resnet50-tiny", device="cpu", precision="fp32", max_batch=1))
+    (logits,) = reference_outputs(src, 1)
+    assert logits.shape == (1, 10)  # compared on the scores, not on argmax labels
     doc = bench_document(run_bench(src, ["eager", "compile"], [1], Settings(warmup=1, iterations=3)))
     eager, wrong = doc["results"]
     assert eager["status"] == "ok"
@@ -228,3 +230,14 @@ def test_knee_is_smallest_batch_near_best() -> None:
             for b, t, lat in ((1, 100.0, 1.0), (8, 700.0, 1.1), (32, 950.0, 3.4), (64, 1000.0, 6.4))]
     (k,) = knees(rows)
     assert k["knee_batch_size"] == 32 and k["best_batch_size"] == 64 and len(k["points"]) == 4
+
+
+def test_profile_pass_links_a_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "b.json"
+    assert main(["bench", "resnet50-tiny", "--backends", "eager", "--batch-sizes", "1", "--profile", "--json",
+                 str(out), *FAST]) == 0
+    (r,) = json.loads(out.read_text())["results"]
+    run_dir = Path(r["profile_run_dir"])
+    assert run_dir.is_dir() and "eager-b1" in run_dir.name
+    assert (run_dir / "summary.json").is_file() and (run_dir / "profile").is_dir()

@@ -46,8 +46,7 @@ def run_bench(source: Source, backends: list[str], batch_sizes: list[int], setti
                               reason=why or ref_error)
                     out = None
                 else:
-                    t, out = run_trial(source, name, b, settings, onnx, reference,
-                                       progress=lambda f, k=k, label=label: report(label, k + min(f, 1.0)))
+                    t, out = run_trial(source, name, b, settings, onnx, reference, progress=_within(report, label, k))
                 if reference is None and t.status == "ok" and out is not None:
                     reference, ref_backend = out, name
                 trials.append({**dataclasses.asdict(t), "reference_backend": ref_backend
@@ -59,6 +58,14 @@ def run_bench(source: Source, backends: list[str], batch_sizes: list[int], setti
                        "tokens_per_sample": source.tokens_per_sample},
             "device": device_info(source.device), "settings": dataclasses.asdict(settings),
             "batch_sizes": list(batch_sizes), "backends": list(backends), "trials": trials, "of": n}
+
+
+def _within(report: Progress, label: str, k: int) -> Callable[[float], None]:
+    """Progress inside trial ``k``: its fraction done added to the trials before it."""
+    def at(fraction: float) -> None:
+        report(label, k + min(fraction, 1.0))
+
+    return at
 
 
 def device_info(device: str) -> dict[str, Any]:

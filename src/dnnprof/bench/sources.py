@@ -206,7 +206,7 @@ def _onnx_source(spec: dict[str, Any]) -> Source:
             if shape[0] is not None and shape[0] != b:
                 raise SourceError(f"{path}: input {name!r} fixes the batch at {shape[0]}; use --batch-sizes "
                                   f"{shape[0]} or export with a free batch dimension")
-            dims = (b, *[int(d) for d in shape[1:]])
+            dims = (b, *[int(d or 0) for d in shape[1:]])  # free dimensions were refused above
             tdt = getattr(torch, dtype)
             if tdt.is_floating_point:
                 out.append(torch.randn(dims, generator=gen).to(tdt))
