@@ -150,11 +150,14 @@ def test_onnx_file_runs_on_onnx_backends_only(tmp_path: Path) -> None:
 
 
 SCRIPT = """
+import sys
+
 import torch
 
 def dnnprof_bench(batch_size):
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU()), torch.randn(batch_size, 8)
+    width = int(sys.argv[1])  # the script's own arguments reach the hook
+    return torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.ReLU()), torch.randn(batch_size, 8)
 
 if __name__ == "__main__":
     raise SystemExit("the script's own main must not run under dnnprof bench")
@@ -166,12 +169,12 @@ def test_script_hook(tmp_path: Path) -> None:
     script.write_text(SCRIPT)
     out = tmp_path / "b.json"
     assert main(["bench", "--backends", "eager", "--batch-sizes", "1,4", "--json", str(out), *FAST, "--",
-                 "python", str(script)]) == 0
+                 "python", str(script), "16"]) == 0
     doc = json.loads(out.read_text())
     assert doc["workload"] == "model.py" and doc["source_kind"] == "script"
     assert [r["status"] for r in doc["results"]] == ["ok", "ok"]
     assert main(["bench", "--backends", "eager", "--batch-sizes", "2", "--json", str(out), "--device", "cpu",
-                 "--warmup", "0", "--duration", "0.05", "-q", "--", str(script)]) == 0
+                 "--warmup", "0", "--duration", "0.05", "-q", "--", str(script), "4"]) == 0
     (r,) = json.loads(out.read_text())["results"]
     assert r["status"] == "ok" and r["iterations"] >= 5 and r["wall_s"] > 0
 

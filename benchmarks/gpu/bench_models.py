@@ -20,7 +20,7 @@ def build(name: str, batch_size: int) -> tuple[Any, Any, float | None]:
         from transformers import GPT2Config, GPT2LMHeadModel
 
         model = GPT2LMHeadModel(GPT2Config(n_positions=SEQ_LEN, use_cache=False))
-        model.config.return_dict = False  # a tuple (logits,): the same outputs for every backend
+        # use_cache=False: the output holds the logits only (no KV cache), the same for every backend
         ids = torch.randint(0, 50257, (batch_size, SEQ_LEN))
         return model, ids, float(SEQ_LEN)
     if name == "resnet50":

@@ -253,7 +253,11 @@ def _script_source(spec: dict[str, Any]) -> Source:
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}.get(precision)
 
     def call(b: int | None) -> tuple[Any, tuple[Any, ...], float | None]:
-        got = hook(b) if takes_batch else hook()
+        with _script_argv(path, list(spec.get("argv") or [])):  # the hook may read its script's arguments
+            try:
+                got = hook(b) if takes_batch else hook()
+            except SystemExit as e:
+                raise SourceError(f"{path}: {HOOK}() exited: {e.code}") from None
         if not isinstance(got, tuple) or len(got) not in (2, 3):
             raise SourceError(f"{path}: {HOOK}() must return (model, example_inputs) or "
                               "(model, example_inputs, tokens_per_sample)")
