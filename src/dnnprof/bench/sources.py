@@ -59,10 +59,14 @@ class Source:
     tokens_per_sample: float | None = None
     spec: dict[str, Any] = field(default_factory=dict)
     close: Callable[[], None] = lambda: None
+    _made: dict[int, tuple[Any, ...]] = field(default_factory=dict, repr=False)
 
     def inputs(self, batch_size: int) -> tuple[Any, ...]:
-        """Example inputs for ``batch_size`` (CPU tensors, already in the precision's input dtype)."""
-        return self.make_inputs(batch_size)
+        """Example inputs for ``batch_size`` (CPU tensors, already in the precision's input dtype). Made once per
+        batch size: a script's hook may build its whole model to return them."""
+        if batch_size not in self._made:
+            self._made[batch_size] = self.make_inputs(batch_size)
+        return self._made[batch_size]
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """``torch.autocast`` for amp-* precisions, else a no-op context."""
