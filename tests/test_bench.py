@@ -184,6 +184,7 @@ def test_script_hook(tmp_path: Path) -> None:
     (["bench", "resnet50-tiny", "--batch-sizes", "0"], "not a positive integer"),
     (["bench", "resnet50-tiny", "--iterations", "5", "--duration", "1"], "not both"),
     (["bench", "--backends", "eager"], "give one thing to benchmark"),
+    (["bench", "resnet50-tiny", "--", "python", "x.py"], "got a script and a workload"),
     (["bench", "no-such-workload"], "no-such-workload"),
 ])
 def test_bad_options_are_one_line(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -55,10 +55,11 @@ def source_spec(workload: str | None, onnx: Path | None, extra: list[str], *, de
     """Which of the three sources the arguments name (exactly one), as a spec."""
     from dnnprof.bench.sources import PYTHON_NAMES, onnx_spec, script_spec, workload_spec
 
-    command = [workload, *extra] if workload is not None and (extra or workload.endswith(".py") or
-                                                               Path(workload).name in PYTHON_NAMES) else extra
+    # After ``--`` click hands the first word to WORKLOAD: ``-- python x.py`` arrives as ("python", ["x.py"]).
+    scripted = workload is not None and (workload.endswith(".py") or Path(workload).name in PYTHON_NAMES)
+    command = [workload, *extra] if scripted else extra
     given = [x for x in (command and "a script", onnx and "--onnx",
-                         workload is not None and not command and "a workload") if x]
+                         workload is not None and not scripted and "a workload") if x]
     if len(given) != 1:
         raise UserError("give one thing to benchmark: a workload name, --onnx FILE, or -- python script.py"
                         + (f" (got {' and '.join(given)})" if given else ""))
