@@ -29,14 +29,17 @@ def rows(doc: dict[str, Any]) -> list[list[str]]:
                     _num(r.get("throughput_tokens_per_s")), _ms(lat.get("p50")), _ms(lat.get("p90")),
                     _ms(lat.get("p99")), _ms(lat.get("mean")), _ms(r["h2d_ms"]), _ms(r.get("compute_ms")),
                     _ms(r["d2h_ms"]), _ms(r["enqueue_ms"]),
-                    "-" if r["cv_pct"] is None else f"{r['cv_pct']:.2f}"])
+                    "-" if r["cv_pct"] is None else f"{r['cv_pct']:.3g}"])
     return out
 
 
 def visible(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Header and rows without the columns that are empty in every row (H2D/D2H/enqueue on a CPU, tokens/s)."""
     body = rows(doc)
-    keep = [i for i, _ in enumerate(HEADER) if i < 3 or any(r[i] != "-" for r in body)]
+    mean, compute = HEADER.index("mean ms"), HEADER.index("compute ms")
+    same = all(r[compute] == r[mean] for r in body)  # on a CPU the call is the compute: one column says it
+    keep = [i for i, _ in enumerate(HEADER) if i < 3 or (any(r[i] != "-" for r in body) and
+                                                        not (same and i == compute))]
     return [HEADER[i] for i in keep], [[r[i] for i in keep] for r in body]
 
 
@@ -66,11 +69,13 @@ def title(doc: dict[str, Any]) -> str:
 
 def print_table(doc: dict[str, Any], console: Any = None) -> None:
     """The report on the terminal (rich)."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
-    table = Table(title=clean(title(doc)), title_justify="left")
+    table = Table(title=clean(title(doc)), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
     header, body = visible(doc)
     for i, h in enumerate(header):
         table.add_column(h, justify="left" if i < 3 else "right", no_wrap=True)
