@@ -37,7 +37,16 @@ def compiled(source: Source, buffers: tuple[Any, ...], mode: str) -> Runner:
     else:
         run = forward
     run()  # compile now, not inside the warm-up count
-    return Runner(run=run, close=torch._dynamo.reset, note=f"torch.compile mode={mode}")
+    return Runner(run=run, close=_forget_compiled, note=f"torch.compile mode={mode}")
+
+
+def _forget_compiled() -> None:
+    """Drop the compiled code and its counters: no compiled code is in use after the trial, and a profiler in this
+    process (which skips its module hooks while Dynamo's graph counters say otherwise) may hook modules again."""
+    import torch
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
 
 
 def cuda_graph(source: Source, buffers: tuple[Any, ...]) -> Runner:
