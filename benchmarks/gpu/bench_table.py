@@ -53,7 +53,10 @@ def run_group(model: str, backends: str, limit_s: float, precision: str, out: Pa
     print(f"[{model} {backends}] {time.time() - t0:.0f} s\n{tail}", flush=True)
     if path.exists():
         return json.loads(path.read_text())
-    return {"results": [{"backend": b, "batch_size": int(n), "status": "error", "reason": tail.strip()[-300:]}
+    empty = dict.fromkeys(("throughput_qps", "throughput_samples_per_s", "throughput_tokens_per_s", "latency_ms",
+                           "h2d_ms", "gpu_compute_ms", "compute_ms", "d2h_ms", "enqueue_ms", "cv_pct"))
+    return {"results": [{"backend": b, "batch_size": int(n), "status": "error", "reason": tail.strip()[-300:],
+                         "diagnoses": [], **empty}
                         for b in backends.split(",") for n in BATCHES[model].split(",")]}
 
 
@@ -104,18 +107,18 @@ def main() -> int:
     t0 = time.time()
     docs, overhead = {}, []
     for model in args.models.split(","):
-        merged: dict[str, Any] | None = None
+        merged: dict[str, Any] = {"results": [], "knee": []}
         for backends, limit in GROUPS[model]:
             left = DEADLINE_S - (time.time() - t0)
             if left < 20:
                 print(f"[{model} {backends}] skipped: the {DEADLINE_S:.0f} s deadline is near", flush=True)
                 continue
-            doc = run_group(model, backends, min(limit, left), args.precision, out)
-            if merged is None and doc and "schema" in doc:
-                merged = doc
-            elif merged is not None and doc:
-                merged["results"] += doc["results"]
-                merged["knee"] = merged.get("knee", []) + doc.get("knee", [])
+            doc = run_group(model, backends, min(limit, left), args.precision, out) or {}
+            if "schema" in doc and "schema" not in merged:
+                merged = {**doc, "results": merged["results"] + doc["results"], "knee": merged["knee"] + doc["knee"]}
+            else:
+                merged["results"] += doc.get("results", [])
+                merged["knee"] += doc.get("knee", [])
         docs[model] = merged
         for b in BATCHES[model].split(","):
             eager = next((r for r in (merged or {}).get("results", [])
