@@ -35,6 +35,8 @@ class Runner:
     run: Callable[[], list[Any]]
     close: Callable[[], None] = lambda: None
     note: str = ""
+    #: ``run()`` returns only once the device is done (ONNX Runtime): its host time is not an enqueue time.
+    synchronous: bool = False
 
 
 def unavailable(name: str, source: Source) -> str | None:

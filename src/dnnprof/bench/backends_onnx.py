@@ -142,7 +142,7 @@ def onnxruntime(source: Source, buffers: tuple[Any, ...], path: Path, *, trt: bo
         sess.run_with_iobinding(binding)
         return outs
 
-    return Runner(run=run, note=providers[0][0])
+    return Runner(run=run, note=providers[0][0], synchronous=True)
 
 
 def _numpy_dtype(t: Any) -> Any:

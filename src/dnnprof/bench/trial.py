@@ -21,6 +21,8 @@ MIN_DURATION_ITERATIONS = 5
 #: Why a per-phase time is absent on a CPU run.
 CPU_NULL_REASON = "the model runs on the CPU: no host-device copies or separate enqueue to time"
 
+SYNC_NULL_REASON = "the backend's call returns only when the GPU is done: its host time is no enqueue time"
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -136,6 +138,8 @@ def _time(trial: Trial, runner: Runner, host: tuple[Any, ...], buffers: tuple[An
     outs = [o for o in runner.run() if hasattr(o, "is_cuda") and o.is_cuda]
     pinned = [torch.empty(o.shape, dtype=o.dtype, pin_memory=True) for o in outs]
     trial.h2d_ms, trial.d2h_ms, trial.enqueue_ms = [], [], []
+    if runner.synchronous:
+        trial.null_reasons = {"enqueue_ms": SYNC_NULL_REASON}
     torch.cuda.synchronize()
     start = time.perf_counter()
     while True:
@@ -158,6 +162,8 @@ def _time(trial: Trial, runner: Runner, host: tuple[Any, ...], buffers: tuple[An
         if _done(trial, target, settings, start, progress):
             break
     trial.wall_s = time.perf_counter() - start
+    if runner.synchronous:
+        trial.enqueue_ms = None
 
 
 def _done(trial: Trial, target: int | None, settings: Settings, start: float,
