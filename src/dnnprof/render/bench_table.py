@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dnnprof.model.units import number_text
 from dnnprof.render.safe_text import clean
-from dnnprof.render.units import number_text
 
 HEADER = ["backend", "batch", "status", "samples/s", "tokens/s", "p50 ms", "p90 ms", "p99 ms", "mean ms",
           "H2D ms", "compute ms", "D2H ms", "enqueue ms", "CV %"]
