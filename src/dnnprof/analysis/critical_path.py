@@ -65,9 +65,15 @@ def collective_spans(p: Profile, rank: int) -> tuple[np.ndarray, np.ndarray, np.
     return s, s + ops["dur_ns"][sel], ops["tid"][sel]
 
 
-def _steps(p: Profile, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _steps(p: Profile, rank: int, on_gpu: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(number, start_ns, end_ns) of the rank's steps: on a GPU rank the steps' GPU-side windows, since its
+    collectives are kernels, which run behind the host by however far the host has run ahead on that rank."""
     st = p.tables["steps"]
     sel = np.flatnonzero(st["rank"] == rank)
+    if on_gpu:
+        sel = sel[(st["gpu_start_ns"][sel] >= 0) & (st["gpu_end_ns"][sel] > st["gpu_start_ns"][sel])]
+        sel = sel[np.argsort(st["gpu_start_ns"][sel], kind="stable")]
+        return st["number"][sel], st["gpu_start_ns"][sel], st["gpu_end_ns"][sel]
     sel = sel[np.argsort(st["start_ns"][sel], kind="stable")]
     return st["number"][sel], st["start_ns"][sel], st["start_ns"][sel] + st["dur_ns"][sel]
 
@@ -203,7 +209,8 @@ def critical_path(p: Profile) -> dict[str, Any] | None:
     per: dict[int, dict[str, Any]] = {}
     for r in ranks:
         s, e, where = collective_spans(p, r)
-        numbers, ss, se = _steps(p, r)
+        on_gpu = bool((p.tables["kernels"]["rank"] == r).any())
+        numbers, ss, se = _steps(p, r, on_gpu)
         idx = np.searchsorted(ss, s, side="right") - 1
         ok = (idx >= 0) & (s < se[np.clip(idx, 0, None)]) if ss.size else np.zeros(s.size, dtype=bool)
         step = np.where(ok, numbers[np.clip(idx, 0, None)] if ss.size else -1, -1)
@@ -212,7 +219,6 @@ def critical_path(p: Profile) -> dict[str, Any] | None:
         for i, st in enumerate(step.tolist()):
             keys[(st, seen[st])] = i
             seen[st] += 1
-        on_gpu = bool((p.tables["kernels"]["rank"] == r).any())
         skip = set() if on_gpu else set(where.tolist())  # gloo's worker threads are no compute
         host = _phase_intervals(p, r, feats, skip)
         if on_gpu:
