@@ -205,7 +205,23 @@ class EventColumns:
                 self._op_columns(cols, evs, [e.args or _NO_ARGS for e in evs])
             else:
                 self._gpu_columns(table, cols, evs, [e.args or _NO_ARGS for e in evs])
-            self._parts.setdefault(cat, []).append(cols)
+            self._parts.setdefault(cat, []).append(_narrow(table, cols))
+
+    def extend(self, later: EventColumns) -> None:
+        """Append the columns of ``later``, the events that follow this one's in the file (read elsewhere, e.g.
+        by another process): the same columns as if one object had seen all the events."""
+        d = self._strings
+        remap = np.array([d.setdefault(k, len(d)) for k in later._strings] + [-1], dtype=np.int32)
+        for cat, parts in later._parts.items():
+            for cols in parts:
+                for k in ("name", "module", "stack", "dims"):
+                    if k in cols:
+                        cols[k] = remap[cols[k]]  # local id -1 (none) reads remap[-1] = -1
+            self._parts.setdefault(cat, []).extend(parts)
+        self._memory.extend(later._memory)
+        self.flows.extend(later.flows)
+        self.categories.update(later.categories)
+        self.negative_durations += later.negative_durations
 
     def add_memory(self, evs: list[Any]) -> None:
         """Columns of one chunk's ``[memory]`` instants (allocations > 0 bytes, frees < 0), in file order."""
@@ -307,7 +323,12 @@ class EventColumns:
             counts[c] = counts.get(c, 0) + p["ts"].size
         if not parts:
             return {}, []
-        return {k: np.concatenate([p[k] for _, p in parts]) for k in parts[0][1]}, list(counts.items())
+        out = {}
+        for k in list(parts[0][1]):  # column by column, each part's column dropped once copied: one copy at a time
+            out[k] = np.concatenate([p[k] for _, p in parts])
+            for _, p in parts:
+                del p[k]
+        return out, list(counts.items())
 
     def _intern(self, local: np.ndarray) -> np.ndarray:
         """Profile string ids for local ids (-1 stays -1), interning new strings in order of first use."""
@@ -398,6 +419,24 @@ class EventColumns:
             t["dst_mem"][:] = self._by_name(names, _memset_kind)
             t["bytes"][:] = cols["bytes"][order]
         return t
+
+
+#: Per-chunk columns kept in the dtype their table column has (the assignment into the table would cast the same
+#: way, element by element), so the columns held until the end take half the memory. Times, durations and ids that
+#: are sorted or compared before the cast stay 64-bit.
+_NARROW = {
+    "name": np.int32, "module": np.int32, "stack": np.int32, "dims": np.int32, "cbid": np.int32,
+    "device": np.int16, "stream": np.int32, "grid": np.int32, "block": np.int32, "registers_per_thread": np.int16,
+    "shared_memory_bytes": np.int32, "blocks_per_sm": np.float32, "warps_per_sm": np.float32,
+    "est_occupancy_pct": np.float32,
+}
+
+
+def _narrow(table: str, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    for k, dt in _NARROW.items():
+        if k in cols:
+            cols[k] = cols[k].astype(dt)
+    return cols
 
 
 def modern_categories(buckets: dict[str, list[Any]]) -> dict[str, list[Any]]:
