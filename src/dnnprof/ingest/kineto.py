@@ -31,7 +31,9 @@ from typing import Annotated, Any, Literal, Union, get_args
 import msgspec
 import numpy as np
 
+from dnnprof.ingest import progress
 from dnnprof.ingest.errors import TraceError
+from dnnprof.ingest.kineto_split import PARALLEL_MIN_BYTES, read_in_two, worth_splitting
 from dnnprof.ingest.kineto_tables import EventColumns
 from dnnprof.ingest.nesting import distinct
 from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, read_pieces, split_events
@@ -449,14 +451,16 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Profile:
     return _read_profile(Path(path), rank)
 
 
-def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, stream: bool = True) -> Profile:
-    """read_kineto with the knobs the tests turn: chunk size, streaming or one buffer."""
+def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, stream: bool = True,
+                  parallel_min_bytes: int = PARALLEL_MIN_BYTES) -> Profile:
+    """read_kineto with the knobs the tests turn: chunk size, streaming or one buffer, from which size a plain
+    file is read on two cores."""
     # Many small, acyclic objects: the cyclic GC would only rescan them over and over.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         tally: Counter[str] = Counter()
-        cols, trace = _stream(path, chunk_bytes, tally) if stream else (None, None)
+        cols, trace = _stream(path, chunk_bytes, tally, parallel_min_bytes) if stream else (None, None)
         if cols is None or trace is None:
             tally.clear()
             cols, trace = EventColumns(), _decode(path, read_bytes(path), tally)
@@ -485,21 +489,54 @@ def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, 
             gc.enable()
 
 
-def _stream(path: Path, chunk_bytes: int,
-            tally: Counter[str] | None = None) -> tuple[EventColumns | None, _Trace | None]:
-    """Columns and the document without its events, decoded chunk by chunk; (None, None) when the document does
-    not split (the caller then decodes the whole buffer). File and gzip errors are raised as they are found."""
+def _stream(path: Path, chunk_bytes: int, tally: Counter[str] | None = None,
+            parallel_min_bytes: int | None = None) -> tuple[EventColumns | None, _Trace | None]:
+    """Columns and the document without its events, decoded chunk by chunk (on two cores for a plain file of at
+    least ``parallel_min_bytes``); (None, None) when the document does not split (the caller then decodes the whole
+    buffer). File and gzip errors are raised as they are found."""
+    tally = Counter() if tally is None else tally
+    listener = progress.current()
+    total = _size(path) if listener is not None else 0
+
+    def report(done: int, events: int) -> None:
+        if listener is not None:
+            listener(path, done, total, events)
+
+    if parallel_min_bytes is not None and worth_splitting(path, parallel_min_bytes):
+        halves = read_in_two(path, _decode_events, _add_events, chunk_bytes, tally, report if listener else None)
+        if halves is not None:
+            try:
+                return halves[0], _decode_envelope(halves[1])
+            except SplitError:
+                pass
+        tally.clear()
+
     cols = EventColumns()
+    seen = [0, 0]
+
+    def on_read(n: int) -> None:
+        seen[0] = n
 
     def on_chunk(chunk: memoryview) -> None:
-        _add_events(cols, _decode_events(chunk, tally))
+        events = _decode_events(chunk, tally)
+        _add_events(cols, events)
+        if listener is not None:
+            seen[1] += len(events)
+            report(*seen)
 
-    with contextlib.closing(read_pieces(path, chunk_bytes)) as pieces:
+    with contextlib.closing(read_pieces(path, chunk_bytes, on_read)) as pieces:
         try:
             envelope = split_events(pieces, on_chunk, chunk_bytes)
             return cols, _decode_envelope(envelope)
         except SplitError:
             return None, None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _decode_envelope(data: bytes) -> _Trace:

@@ -38,8 +38,11 @@ class SplitError(Exception):
     """The document does not have the shape the splitter handles; decode the whole buffer instead."""
 
 
-def read_pieces(path: Path, piece_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+def read_pieces(path: Path, piece_bytes: int = CHUNK_BYTES,
+                on_read: Callable[[int], None] | None = None) -> Iterator[bytes]:
     """The file's bytes in pieces of about ``piece_bytes``, gunzipped when the file is gzip (by magic number).
+
+    ``on_read(n)`` is told, before each piece, how many bytes of the file (compressed ones for gzip) lie behind it.
 
     Raises:
         TraceError: unreadable file, corrupt or truncated gzip (the messages of a one-shot read).
@@ -57,16 +60,38 @@ def read_pieces(path: Path, piece_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
             head = f.read(2)
             if head != b"\x1f\x8b":
                 yield head
+                done = len(head)
                 while piece := f.read(piece_bytes):
+                    done += len(piece)
+                    if on_read is not None:
+                        on_read(done)
                     yield piece
                 return
             raw = head + f.read()
         except OSError as e:
             raise TraceError(f"{path}: cannot read ({e.strerror})") from None
-    yield from _inflate(path, raw, piece_bytes)
+    yield from _inflate(path, raw, piece_bytes, on_read)
 
 
-def _inflate(path: Path, raw: bytes, piece_bytes: int) -> Iterator[bytes]:
+def read_range(path: Path, start: int, stop: int, piece_bytes: int = CHUNK_BYTES,
+               on_read: Callable[[int], None] | None = None) -> Iterator[bytes]:
+    """Bytes ``start:stop`` of a plain (not gzip) file in pieces; ``on_read`` as in :func:`read_pieces`, counted
+    from ``start``."""
+    try:
+        with path.open("rb") as f:
+            f.seek(start)
+            pos = start
+            while pos < stop and (piece := f.read(min(piece_bytes, stop - pos))):
+                pos += len(piece)
+                if on_read is not None:
+                    on_read(pos - start)
+                yield piece
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def _inflate(path: Path, raw: bytes, piece_bytes: int,
+             on_read: Callable[[int], None] | None = None) -> Iterator[bytes]:
     """Inflate one gzip member in bounded pieces; data after its end is ignored, like a one-shot inflate."""
     d = zlib.decompressobj(31)  # wbits 31: gzip framing
     view = memoryview(raw)
@@ -82,6 +107,8 @@ def _inflate(path: Path, raw: bytes, piece_bytes: int) -> Iterator[bytes]:
                 data = b""  # drain what zlib still holds
             out = d.decompress(data, piece_bytes)
             if out:
+                if on_read is not None:
+                    on_read(min(pos, len(raw)))
                 yield out
             elif not data:
                 break
