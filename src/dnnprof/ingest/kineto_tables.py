@@ -104,7 +104,10 @@ _NS_LIMIT = float(2**62)
 
 
 def _ns(values: np.ndarray) -> np.ndarray:
-    return np.rint(np.clip(values * 1000.0, -_NS_LIMIT, _NS_LIMIT)).astype(np.int64)
+    x = values * 1000.0
+    np.clip(x, -_NS_LIMIT, _NS_LIMIT, out=x)  # in place: one temporary of the column's size, not three
+    np.rint(x, out=x)
+    return x.astype(np.int64)
 
 
 def _memcpy_kind(name: str) -> tuple[int, int, int]:
@@ -345,11 +348,13 @@ class EventColumns:
         return np.array([fn(self._keys[u]) for u in uniq.tolist()], dtype=np.int64)[inverse.reshape(-1)]
 
     def _start(self, table: str, cols: dict[str, np.ndarray], order: np.ndarray, rank: int) -> dict[str, np.ndarray]:
+        """A table of ``order.size`` rows with rank, start and duration; the columns used are dropped from ``cols``
+        (as every later one is, once copied in order: a table's input shrinks as its output grows)."""
         t = empty_table(table, order.size)
         t["rank"][:] = rank
         if order.size:
-            t["start_ns"][:] = _ns(cols["ts"][order])
-            t["dur_ns"][:] = np.maximum(_ns(cols["dur"][order]), 0)
+            t["start_ns"][:] = _ns(cols.pop("ts")[order])
+            t["dur_ns"][:] = np.maximum(_ns(cols.pop("dur")[order]), 0)
         return t
 
     def _ops(self, rank: int) -> dict[str, np.ndarray]:
@@ -363,14 +368,14 @@ class EventColumns:
         order = order[np.argsort(cols["ts"][order], kind="stable")]
         t = self._start("ops", cols, order, rank)
         cats = np.concatenate([np.full(n, OP_CATEGORIES.index(c), dtype=np.int8) for c, n in counts])
-        t["tid"][:] = cols["tid"][order]
-        t["name_id"][:] = self._intern(cols["name"][order])
+        t["tid"][:] = cols.pop("tid")[order]
+        t["name_id"][:] = self._intern(cols.pop("name")[order])
         t["category"][:] = cats[order]
         for k in ("external_id", "sequence_nr", "fwd_thread_id"):
-            t[k][:] = cols[k][order]
-        t["module_id"][:] = self._intern(cols["module"][order])
-        t["stack_id"][:] = self._intern(cols["stack"][order])
-        t["input_dims_id"][:] = self._intern(cols["dims"][order])
+            t[k][:] = cols.pop(k)[order]
+        t["module_id"][:] = self._intern(cols.pop("module")[order])
+        t["stack_id"][:] = self._intern(cols.pop("stack")[order])
+        t["input_dims_id"][:] = self._intern(cols.pop("dims")[order])
         nest(t)
         return t
 
@@ -380,11 +385,11 @@ class EventColumns:
             return empty_table("runtime", 0)
         order = np.argsort(cols["ts"], kind="stable")
         t = self._start("runtime", cols, order, rank)
-        t["tid"][:] = cols["tid"][order]
-        names = cols["name"][order]
+        t["tid"][:] = cols.pop("tid")[order]
+        names = cols.pop("name")[order]
         t["name_id"][:] = self._intern(names)
-        t["correlation"][:] = cols["correlation"][order]
-        t["cbid"][:] = cols["cbid"][order]
+        t["correlation"][:] = cols.pop("correlation")[order]
+        t["cbid"][:] = cols.pop("cbid")[order]
         if names.size:
             t["api_kind"][:] = self._by_name(names, api_kind)
         driver = np.concatenate([np.full(n, c == "cuda_driver") for c, n in counts])
@@ -397,27 +402,27 @@ class EventColumns:
             return empty_table(table, 0)
         order = np.argsort(cols["ts"], kind="stable")
         t = self._start(table, cols, order, rank)
-        t["device"][:] = cols["device"][order]
-        t["stream"][:] = cols["stream"][order]
-        names = cols["name"][order]
+        t["device"][:] = cols.pop("device")[order]
+        t["stream"][:] = cols.pop("stream")[order]
+        names = cols.pop("name")[order]
         t["name_id"][:] = self._intern(names)
         if "correlation" in t:
-            t["correlation"][:] = cols["correlation"][order]
+            t["correlation"][:] = cols.pop("correlation")[order]
         if table == "kernels":
             for name in ("grid", "block"):
-                dims = cols[name][order]
+                dims = cols.pop(name)[order]
                 for i, axis in enumerate("xyz"):
                     t[f"{name}_{axis}"][:] = dims[:, i]
             for k in ("registers_per_thread", "shared_memory_bytes", "blocks_per_sm", "warps_per_sm",
                       "est_occupancy_pct", "graph_id"):
-                t[k][:] = cols[k][order]
+                t[k][:] = cols.pop(k)[order]
         elif table == "memcpy":
             kinds = self._by_name(names, _memcpy_kind)
             t["kind"][:], t["src_mem"][:], t["dst_mem"][:] = kinds[:, 0], kinds[:, 1], kinds[:, 2]
-            t["bytes"][:] = cols["bytes"][order]
+            t["bytes"][:] = cols.pop("bytes")[order]
         elif table == "memset":
             t["dst_mem"][:] = self._by_name(names, _memset_kind)
-            t["bytes"][:] = cols["bytes"][order]
+            t["bytes"][:] = cols.pop("bytes")[order]
         return t
 
 
