@@ -38,6 +38,7 @@ def analyze(
                                                       "did not write."),
 ) -> None:
     """Kernels, layers, phases, GPU busy/idle and findings of an existing trace."""
+    from dnnprof.cli.progress import reading_progress
     from dnnprof.cli.sources import analysed
     from dnnprof.ingest.detect import kind_of
     from dnnprof.ingest.errors import TraceError
@@ -68,7 +69,8 @@ def analyze(
 
         report_nvprof_summary(trace, json_out, top, quiet)
         return
-    analysis, doc = analysed(trace, rank, kind)
+    with reading_progress(quiet):
+        analysis, doc = analysed(trace, rank, kind)
     try:
         if save is not None:
             analysis.profile.save(save, force=force)
