@@ -1,0 +1,110 @@
+"""Huge traces: wall time, CPU time, peak RSS and MB/s of reading and analysing big Kineto traces.
+
+Usage:
+    python benchmarks/bench_huge.py SOURCE.json.gz [--big 890e6 5e9] [--tmp /tmp] [--repeat 1]
+
+For the source trace itself (gzip) and for each --big size (built with make_big_trace.py into --tmp as plain
+JSON, deleted afterwards), in fresh processes:
+  * read_kineto on one core and on two (the second process's peak RSS reported apart);
+  * ``dnnprof analyze TRACE --json FILE -q`` end to end.
+Wall time swings with the machine's load; the load average is printed with each row, and CPU seconds (user +
+system, both processes) are the steadier figure. Prints a Markdown table for benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_READ = r"""
+import resource, sys, time
+from pathlib import Path
+from dnnprof.ingest import kineto
+t = time.perf_counter()
+kineto._read_profile(Path(sys.argv[1]), None, parallel_min_bytes=int(sys.argv[2]))
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print(time.perf_counter() - t, me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, me.ru_maxrss / 1024,
+      kids.ru_maxrss / 1024)
+"""
+
+
+def _load() -> str:
+    return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+
+
+def _read(trace: Path, parallel: bool) -> tuple[float, float, float, float]:
+    out = subprocess.run([sys.executable, "-c", _READ, str(trace), "0" if parallel else str(1 << 62)],
+                         capture_output=True, text=True, check=True)
+    wall, cpu, rss, child = (float(x) for x in out.stdout.split())
+    return wall, cpu, rss, child
+
+
+def _cli(trace: Path, tmp: Path) -> tuple[float, float, float]:
+    t0 = time.perf_counter()
+    r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", sys.executable, "-m", "dnnprof", "analyze", str(trace),
+                        "--json", str(tmp / "s.json"), "-q"], capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - t0
+    user, system, rss_kb = r.stderr.strip().splitlines()[-1].split()
+    return wall, float(user) + float(system), float(rss_kb) / 1024  # CPU of the CLI process only
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("source", type=Path)
+    ap.add_argument("--big", type=float, nargs="*", default=[890e6])
+    ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()))
+    a = ap.parse_args()
+    here = Path(__file__).resolve().parent
+    work = Path(tempfile.mkdtemp(dir=a.tmp, prefix="dnnprof-bench-"))
+    rows = []
+    try:
+        traces = [(a.source, False)]
+        for size in a.big:
+            traces.append((work / f"big_{size / 1e9:.2f}GB.json", True))
+        for trace, built in traces:
+            if built:
+                size = float(trace.stem.split("_")[1][:-2]) * 1e9
+                subprocess.run([sys.executable, str(here / "make_big_trace.py"), str(a.source), str(trace),
+                                "--min-bytes", str(size)], check=True, stdout=subprocess.DEVNULL)
+            json_mb = (trace.stat().st_size if built else _gunzipped_size(trace)) / 1e6
+            for parallel in (False, True):
+                if parallel and not built:
+                    continue  # gzip is read on one core
+                load = _load()
+                wall, cpu, rss, child = _read(trace, parallel)
+                rows.append((trace.name, f"{json_mb:,.0f}", "read, two cores" if parallel else "read, one core",
+                             f"{wall:.2f}", f"{cpu:.2f}", f"{rss:.0f}" + (f" (+{child:.0f} 2nd)" if parallel else ""),
+                             f"{json_mb / wall:.0f}", load))
+            load = _load()
+            wall, cpu, rss = _cli(trace, work)
+            rows.append((trace.name, f"{json_mb:,.0f}", "dnnprof analyze --json -q", f"{wall:.2f}",
+                         f"{cpu:.2f} (CLI process)", f"{rss:.0f}", f"{json_mb / wall:.0f}", load))
+            if built:
+                trace.unlink()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{os.cpu_count()} cores, Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}\n")
+    print("| trace | JSON MB | what | wall s | CPU s | peak RSS MB | MB/s | load |\n|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+def _gunzipped_size(path: Path) -> int:
+    import gzip
+
+    with gzip.open(path) as f:
+        n = 0
+        while chunk := f.read(1 << 20):
+            n += len(chunk)
+    return n
+
+
+if __name__ == "__main__":
+    main()
