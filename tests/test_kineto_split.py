@@ -45,16 +45,24 @@ def _plain(path: Path, tmp_path: Path) -> Path:
     return out
 
 
+NEVER = 1 << 62
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_two_halves_give_the_one_piece_profile(path: Path, tmp_path: Path) -> None:
+def test_two_halves_and_the_spill_give_the_one_piece_in_memory_profile(path: Path, tmp_path: Path) -> None:
     plain = _plain(path, tmp_path)
+    ways = [{"parallel_min_bytes": 0, "spill_min_bytes": NEVER}, {"parallel_min_bytes": 0, "spill_min_bytes": 0},
+            {"parallel_min_bytes": NEVER, "spill_min_bytes": 0}]
     try:
-        one = kineto._read_profile(plain, None, parallel_min_bytes=1 << 62)
+        one = kineto._read_profile(plain, None, parallel_min_bytes=NEVER, spill_min_bytes=NEVER)
     except TraceError as e:
-        with pytest.raises(TraceError, match="^" + str(e).replace("(", r"\(").replace(")", r"\)")[:40]):
-            kineto._read_profile(plain, None, parallel_min_bytes=0)
+        for way in ways:
+            with pytest.raises(TraceError) as other:
+                kineto._read_profile(plain, None, **way)
+            assert str(other.value) == str(e)
         return
-    assert_same_profile(one, kineto._read_profile(plain, None, parallel_min_bytes=0))
+    for way in ways:
+        assert_same_profile(one, kineto._read_profile(plain, None, **way))
 
 
 def test_the_split_really_happens(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import tempfile
 import zlib
 from collections import Counter, defaultdict
 from dataclasses import replace
@@ -32,6 +33,7 @@ import msgspec
 import numpy as np
 
 from dnnprof.ingest import progress
+from dnnprof.ingest.column_spill import SpilledColumns
 from dnnprof.ingest.errors import TraceError
 from dnnprof.ingest.kineto_split import PARALLEL_MIN_BYTES, read_in_two, worth_splitting
 from dnnprof.ingest.kineto_tables import EventColumns
@@ -47,6 +49,9 @@ _F = msgspec.field
 #: An integer the tables can hold. A larger one (an ``External id`` beyond int64, a grid of 2**64-1) fails the
 #: strict decode, so its chunk takes the lenient path, where it is read as unknown and counted in a note —
 #: whichever events share its chunk.
+#: From this file size (gzip: compressed) the columns go to a temporary folder as they are read, not to memory.
+SPILL_MIN_BYTES = 64 << 20
+
 _I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
@@ -452,15 +457,24 @@ def read_kineto(path: str | Path, rank: int | None = None) -> Profile:
 
 
 def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, stream: bool = True,
-                  parallel_min_bytes: int = PARALLEL_MIN_BYTES) -> Profile:
+                  parallel_min_bytes: int = PARALLEL_MIN_BYTES, spill_min_bytes: int = SPILL_MIN_BYTES) -> Profile:
     """read_kineto with the knobs the tests turn: chunk size, streaming or one buffer, from which size a plain
-    file is read on two cores."""
+    file is read on two cores, from which file size the columns are spilled to a temporary folder while reading."""
+    with contextlib.ExitStack() as stack:
+        spill = None
+        if stream and _size(path) >= spill_min_bytes:
+            spill = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dnnprof-read-")))
+        return _read_profile_in(path, rank, chunk_bytes, stream, parallel_min_bytes, spill)
+
+
+def _read_profile_in(path: Path, rank: int | None, chunk_bytes: int, stream: bool, parallel_min_bytes: int,
+                     spill: Path | None) -> Profile:
     # Many small, acyclic objects: the cyclic GC would only rescan them over and over.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         tally: Counter[str] = Counter()
-        cols, trace = _stream(path, chunk_bytes, tally, parallel_min_bytes) if stream else (None, None)
+        cols, trace = _stream(path, chunk_bytes, tally, parallel_min_bytes, spill) if stream else (None, None)
         if cols is None or trace is None:
             tally.clear()
             cols, trace = EventColumns(), _decode(path, read_bytes(path), tally)
@@ -489,8 +503,8 @@ def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, 
             gc.enable()
 
 
-def _stream(path: Path, chunk_bytes: int, tally: Counter[str] | None = None,
-            parallel_min_bytes: int | None = None) -> tuple[EventColumns | None, _Trace | None]:
+def _stream(path: Path, chunk_bytes: int, tally: Counter[str] | None = None, parallel_min_bytes: int | None = None,
+            spill: Path | None = None) -> tuple[EventColumns | None, _Trace | None]:
     """Columns and the document without its events, decoded chunk by chunk (on two cores for a plain file of at
     least ``parallel_min_bytes``); (None, None) when the document does not split (the caller then decodes the whole
     buffer). File and gzip errors are raised as they are found."""
@@ -503,7 +517,8 @@ def _stream(path: Path, chunk_bytes: int, tally: Counter[str] | None = None,
             listener(path, done, total, events)
 
     if parallel_min_bytes is not None and worth_splitting(path, parallel_min_bytes):
-        halves = read_in_two(path, _decode_events, _add_events, chunk_bytes, tally, report if listener else None)
+        halves = read_in_two(path, _decode_events, _add_events, chunk_bytes, tally, report if listener else None,
+                             spill)
         if halves is not None:
             try:
                 return halves[0], _decode_envelope(halves[1])
@@ -511,7 +526,7 @@ def _stream(path: Path, chunk_bytes: int, tally: Counter[str] | None = None,
                 pass
         tally.clear()
 
-    cols = EventColumns()
+    cols = EventColumns(None if spill is None else SpilledColumns(spill / "one-piece"))
     seen = [0, 0]
 
     def on_read(n: int) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnprof.ingest.column_spill import SpilledColumns
 from dnnprof.ingest.errors import TraceError
 from dnnprof.ingest.kineto_tables import EventColumns
 from dnnprof.ingest.trace_stream import SplitError, read_range, split_events
@@ -68,11 +69,13 @@ def _cut(path: Path, size: int) -> tuple[int, int] | None:
 
 def read_in_two(path: Path, decode: Callable[[memoryview, Counter[str]], list[Any]],
                 add: Callable[[EventColumns, list[Any]], None], chunk_bytes: int, tally: Counter[str],
-                progress: Callable[[int, int], None] | None = None) -> tuple[EventColumns, bytes] | None:
+                progress: Callable[[int, int], None] | None = None,
+                spill: Path | None = None) -> tuple[EventColumns, bytes] | None:
     """Columns of every event and the document without its events, or None when the file does not split here.
 
     ``decode``/``add`` turn one JSON array of events into columns (the second process uses the same ones, from
-    :mod:`dnnprof.ingest.kineto`). ``progress(bytes_done, events)`` is told about both halves as they go.
+    :mod:`dnnprof.ingest.kineto`). ``progress(bytes_done, events)`` is told about both halves as they go. With
+    ``spill``, both halves write their columns under that folder rather than keeping them in memory.
 
     The second half is read by a fresh interpreter (never a fork: the host may run threads, and never
     multiprocessing's spawn, which re-runs the caller's main script); it leaves its columns in a pickle and its
@@ -94,13 +97,15 @@ def read_in_two(path: Path, decode: Callable[[memoryview, Counter[str]], list[An
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         proc = subprocess.Popen(
             [sys.executable, "-c", "from dnnprof.ingest.kineto_split import second_half_main; second_half_main()",
-             str(path), str(second_start), str(size), str(chunk_bytes), str(result), str(shared_path)],
+             str(path), str(second_start), str(size), str(chunk_bytes), str(result), str(shared_path),
+             "" if spill is None else str(spill / "second")],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             with shared_path.open("r+b") as f, mmap.mmap(f.fileno(), 16) as mm:
                 theirs = np.frombuffer(mm, dtype=np.int64)
                 try:
-                    done = _first_half(path, first_end, decode, add, chunk_bytes, tally, progress, theirs, proc)
+                    done = _first_half(path, first_end, decode, add, chunk_bytes, tally, progress, theirs, proc,
+                                       None if spill is None else SpilledColumns(spill / "first"))
                     if done is None:
                         return None
                     cols, envelope = done
@@ -138,8 +143,8 @@ class _Columns(EventColumns):
 def _first_half(path: Path, first_end: int, decode: Callable[[memoryview, Counter[str]], list[Any]],
                 add: Callable[[EventColumns, list[Any]], None], chunk_bytes: int, tally: Counter[str],
                 progress: Callable[[int, int], None] | None, theirs: np.ndarray,
-                proc: subprocess.Popen[bytes]) -> tuple[_Columns, bytes] | None:
-    cols = _Columns()
+                proc: subprocess.Popen[bytes], spill: SpilledColumns | None) -> tuple[_Columns, bytes] | None:
+    cols = _Columns(spill)
     mine = [0]
 
     def report() -> None:
@@ -181,8 +186,8 @@ def second_half_main() -> None:
     from dnnprof.ingest.kineto import _add_events, _decode_events
 
     gc.disable()
-    path, start, stop, chunk_bytes, result, shared_path = sys.argv[1:7]
-    cols = EventColumns()
+    path, start, stop, chunk_bytes, result, shared_path, spill = sys.argv[1:8]
+    cols = EventColumns(SpilledColumns(Path(spill)) if spill else None)
     tally: Counter[str] = Counter()
     counts = [0, 0]
     with open(shared_path, "r+b") as f, mmap.mmap(f.fileno(), 16) as mm:

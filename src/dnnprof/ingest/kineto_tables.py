@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from dnnprof.ingest.column_spill import NAME_COLUMNS, LazyTable, SpilledColumns
 from dnnprof.ingest.nesting import innermost_enclosing, nest
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS, OP_CATEGORIES, empty_table
@@ -167,9 +168,10 @@ class EventColumns:
     Names are kept as ids into a local string table until :meth:`tables` interns them into the profile.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, spill: SpilledColumns | None = None) -> None:
         self._strings: dict[str, int] = {}
         self._parts: dict[str, list[dict[str, np.ndarray]]] = {}
+        self._spill = spill  # where the columns go as they come, for big traces (None: kept in memory)
         self._memory: list[dict[str, np.ndarray]] = []  # columns of `[memory]` instants, per chunk
         self.flows: list[tuple[bool, Any, Any, Any]] = []  # fwdbwd flow points: (is_start, id, tid, ts_us)
         self.categories: Counter[str] = Counter()  # complete events per category as the file names it
@@ -208,7 +210,10 @@ class EventColumns:
                 self._op_columns(cols, evs, [e.args or _NO_ARGS for e in evs])
             else:
                 self._gpu_columns(table, cols, evs, [e.args or _NO_ARGS for e in evs])
-            self._parts.setdefault(cat, []).append(_narrow(table, cols))
+            if self._spill is not None:
+                self._spill.append(cat, _narrow(table, cols))
+            else:
+                self._parts.setdefault(cat, []).append(_narrow(table, cols))
 
     def extend(self, later: EventColumns) -> None:
         """Append the columns of ``later``, the events that follow this one's in the file (read elsewhere, e.g.
@@ -217,10 +222,17 @@ class EventColumns:
         remap = np.array([d.setdefault(k, len(d)) for k in later._strings] + [-1], dtype=np.int32)
         for cat, parts in later._parts.items():
             for cols in parts:
-                for k in ("name", "module", "stack", "dims"):
+                for k in NAME_COLUMNS:
                     if k in cols:
                         cols[k] = remap[cols[k]]  # local id -1 (none) reads remap[-1] = -1
-            self._parts.setdefault(cat, []).extend(parts)
+                if self._spill is not None:
+                    self._spill.append(cat, cols)
+                else:
+                    self._parts.setdefault(cat, []).append(cols)
+        if later._spill is not None:
+            if self._spill is None:
+                raise ValueError("columns spilled to disk can only extend columns spilled to disk")
+            self._spill.extend(later._spill, remap)
         self._memory.extend(later._memory)
         self.flows.extend(later.flows)
         self.categories.update(later.categories)
@@ -318,8 +330,12 @@ class EventColumns:
         t["op_row"][:] = innermost_enclosing(ops, t["tid"], t["ts_ns"])
         return t
 
-    def _concat(self, table: str) -> tuple[dict[str, np.ndarray], list[tuple[str, int]]]:
-        """Columns of a table in category order, and (category, rows) per category."""
+    def _concat(self, table: str) -> tuple[Any, list[tuple[str, int]]]:
+        """Columns of a table in category order (a dict of arrays, or a LazyTable over the spill that loads them
+        one at a time), and (category, rows) per category."""
+        if self._spill is not None:
+            counts = [(c, self._spill.rows[c]) for c in _SOURCES[table] if self._spill.rows.get(c)]
+            return (LazyTable(self._spill, [c for c, _ in counts]) if counts else {}), counts
         parts = [(c, p) for c in _SOURCES[table] for p in self._parts.pop(c, [])]
         counts: dict[str, int] = {}
         for c, p in parts:

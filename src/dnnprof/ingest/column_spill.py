@@ -1,0 +1,106 @@
+"""Columns of a trace being read, appended to files as the chunks arrive, read back one column at a time.
+
+A big trace's columns then do not sit in memory until the end of the read: each category's column is one raw
+file (``<category>.<column>.bin``, native byte order) in a private folder, and building a table loads one of its
+columns at a time. The folder belongs to the read and goes with it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+#: Columns holding local string ids (renumbered when another reader's columns are appended).
+NAME_COLUMNS = ("name", "module", "stack", "dims")
+_COPY_ROWS = 1 << 20  # rows per block when renumbering another reader's names
+
+
+class SpilledColumns:
+    """Per-category columns on disk, in the order they were appended."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.layout: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = {}  # category → column → (dtype, row shape)
+        self.rows: dict[str, int] = {}
+        self._files: dict[tuple[str, str], IO[bytes]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        self.close()
+        return {"folder": self.folder, "layout": self.layout, "rows": self.rows}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._files = {}
+
+    def _path(self, cat: str, col: str) -> Path:
+        return self.folder / f"{cat.replace('/', '_')}.{col}.bin"
+
+    def _file(self, cat: str, col: str) -> IO[bytes]:
+        f = self._files.get((cat, col))
+        if f is None:
+            f = self._files[(cat, col)] = self._path(cat, col).open("ab")
+        return f
+
+    def append(self, cat: str, cols: dict[str, np.ndarray]) -> None:
+        """Append one chunk's columns of category ``cat`` (all of the same length)."""
+        layout = self.layout.setdefault(cat, {})
+        for col, a in cols.items():
+            layout.setdefault(col, (a.dtype.str, a.shape[1:]))
+            self._file(cat, col).write(np.ascontiguousarray(a).data)
+        self.rows[cat] = self.rows.get(cat, 0) + next(iter(cols.values())).shape[0]
+
+    def column(self, cat: str, col: str) -> np.ndarray:
+        """The whole column ``col`` of ``cat``, in append order."""
+        f = self._files.get((cat, col))
+        if f is not None:
+            f.flush()
+        dtype, shape = self.layout[cat][col]
+        return np.fromfile(self._path(cat, col), dtype=np.dtype(dtype)).reshape(-1, *shape)
+
+    def extend(self, later: SpilledColumns, remap: np.ndarray) -> None:
+        """Append ``later``'s columns after this one's, local string ids renumbered through ``remap``."""
+        later.close()
+        for cat, layout in later.layout.items():
+            for col, (dtype, shape) in layout.items():
+                self.layout.setdefault(cat, {}).setdefault(col, (dtype, shape))
+                out = self._file(cat, col)
+                with later._path(cat, col).open("rb") as src:
+                    if col not in NAME_COLUMNS:
+                        shutil.copyfileobj(src, out, 1 << 20)
+                        continue
+                    size = np.dtype(dtype).itemsize
+                    while block := src.read(_COPY_ROWS * size):
+                        out.write(remap[np.frombuffer(block, dtype=np.dtype(dtype))].astype(dtype).data)
+            self.rows[cat] = self.rows.get(cat, 0) + later.rows[cat]
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files = {}
+
+
+class LazyTable:
+    """A table's input columns across its categories, loaded from the spill when asked for (``cols["ts"]``) and
+    forgotten when popped: the shape of the dict of arrays the in-memory reader builds."""
+
+    def __init__(self, spill: SpilledColumns, cats: list[str]) -> None:
+        self._spill, self._cats = spill, cats
+        self._keys = list(spill.layout[cats[0]])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._keys:
+            raise KeyError(key)
+        parts = [self._spill.column(c, key) for c in self._cats]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def pop(self, key: str) -> np.ndarray:
+        out = self[key]
+        self._keys.remove(key)
+        return out
