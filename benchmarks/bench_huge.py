@@ -8,7 +8,7 @@ JSON, deleted afterwards), in fresh processes:
   * read_kineto on one core and on two (the second process's peak RSS reported apart);
   * ``dnnprof analyze TRACE --json FILE -q`` end to end.
 Wall time swings with the machine's load; the load average is printed with each row, and CPU seconds (user +
-system, both processes) are the steadier figure. Prints a Markdown table for benchmarks/RESULTS.md.
+system, both processes; for the CLI, the process and its children) are the steadier figure. Prints a Markdown table for benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ import resource, sys, time
 from pathlib import Path
 from dnnprof.ingest import kineto
 t = time.perf_counter()
-kineto._read_profile(Path(sys.argv[1]), None, parallel_min_bytes=int(sys.argv[2]))
+try:
+    kineto._read_profile(Path(sys.argv[1]), None, parallel_min_bytes=int(sys.argv[2]))
+except TypeError:  # a reader from before the two-core split (--before)
+    kineto._read_profile(Path(sys.argv[1]), None)
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(time.perf_counter() - t, me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, me.ru_maxrss / 1024,
       kids.ru_maxrss / 1024)
@@ -39,17 +42,22 @@ def _load() -> str:
     return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
 
 
-def _read(trace: Path, parallel: bool) -> tuple[float, float, float, float]:
+def _env(src: Path | None) -> dict[str, str] | None:
+    return None if src is None else {**os.environ, "PYTHONPATH": str(src)}
+
+
+def _read(trace: Path, parallel: bool, src: Path | None = None) -> tuple[float, float, float, float]:
     out = subprocess.run([sys.executable, "-c", _READ, str(trace), "0" if parallel else str(1 << 62)],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True, env=_env(src))
     wall, cpu, rss, child = (float(x) for x in out.stdout.split())
     return wall, cpu, rss, child
 
 
-def _cli(trace: Path, tmp: Path) -> tuple[float, float, float]:
+def _cli(trace: Path, tmp: Path, src: Path | None = None) -> tuple[float, float, float]:
     t0 = time.perf_counter()
     r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", sys.executable, "-m", "dnnprof", "analyze", str(trace),
-                        "--json", str(tmp / "s.json"), "-q"], capture_output=True, text=True, check=True)
+                        "--json", str(tmp / "s.json"), "-q"], capture_output=True, text=True, check=True,
+                       env=_env(src))
     wall = time.perf_counter() - t0
     user, system, rss_kb = r.stderr.strip().splitlines()[-1].split()
     return wall, float(user) + float(system), float(rss_kb) / 1024  # CPU of the CLI process only
@@ -60,6 +68,8 @@ def main() -> None:
     ap.add_argument("source", type=Path)
     ap.add_argument("--big", type=float, nargs="*", default=[890e6])
     ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()))
+    ap.add_argument("--before", type=Path, default=None,
+                    help="a src/ folder of an earlier dnnprof: its one-core read and CLI are measured too")
     a = ap.parse_args()
     here = Path(__file__).resolve().parent
     work = Path(tempfile.mkdtemp(dir=a.tmp, prefix="dnnprof-bench-"))
@@ -74,6 +84,15 @@ def main() -> None:
                 subprocess.run([sys.executable, str(here / "make_big_trace.py"), str(a.source), str(trace),
                                 "--min-bytes", str(size)], check=True, stdout=subprocess.DEVNULL)
             json_mb = (trace.stat().st_size if built else _gunzipped_size(trace)) / 1e6
+            if a.before is not None:
+                load = _load()
+                wall, cpu, rss, _ = _read(trace, False, a.before)
+                rows.append((trace.name, f"{json_mb:,.0f}", "before: read", f"{wall:.2f}", f"{cpu:.2f}",
+                             f"{rss:.0f}", f"{json_mb / wall:.0f}", load))
+                load = _load()
+                wall, cpu, rss = _cli(trace, work, a.before)
+                rows.append((trace.name, f"{json_mb:,.0f}", "before: dnnprof analyze --json -q", f"{wall:.2f}",
+                             f"{cpu:.2f}", f"{rss:.0f}", f"{json_mb / wall:.0f}", load))
             for parallel in (False, True):
                 if parallel and not built:
                     continue  # gzip is read on one core
@@ -85,7 +104,7 @@ def main() -> None:
             load = _load()
             wall, cpu, rss = _cli(trace, work)
             rows.append((trace.name, f"{json_mb:,.0f}", "dnnprof analyze --json -q", f"{wall:.2f}",
-                         f"{cpu:.2f} (CLI process)", f"{rss:.0f}", f"{json_mb / wall:.0f}", load))
+                         f"{cpu:.2f}", f"{rss:.0f}", f"{json_mb / wall:.0f}", load))
             if built:
                 trace.unlink()
     finally:

@@ -107,3 +107,20 @@ def test_gzip_and_small_files_are_read_in_one_piece(tmp_path: Path) -> None:
     gz = tmp_path / "t.json.gz"
     gz.write_bytes(gzip.compress(plain.read_bytes()))
     assert not kineto_split.worth_splitting(gz, min_bytes=0)
+
+
+def test_the_spill_folder_goes_with_the_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spilled columns live in a private temporary folder that is removed after the read, also after an error."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ev = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(50)]
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"traceEvents": ev}))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"traceEvents": ev})[:-10])
+    profile = kineto._read_profile(good, None, parallel_min_bytes=0, spill_min_bytes=0)
+    assert profile.rows("ops") == 50
+    with pytest.raises(TraceError):
+        kineto._read_profile(bad, None, parallel_min_bytes=0, spill_min_bytes=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "good.json"]
