@@ -95,29 +95,32 @@ def read_in_two(path: Path, decode: Callable[[memoryview, Counter[str]], list[An
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # the folder holding this dnnprof package
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from dnnprof.ingest.kineto_split import second_half_main; second_half_main()",
-             str(path), str(second_start), str(size), str(chunk_bytes), str(result), str(shared_path),
-             "" if spill is None else str(spill / "second")],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            with shared_path.open("r+b") as f, mmap.mmap(f.fileno(), 16) as mm:
-                theirs = np.frombuffer(mm, dtype=np.int64)
-                try:
-                    done = _first_half(path, first_end, decode, add, chunk_bytes, tally, progress, theirs, proc,
-                                       None if spill is None else SpilledColumns(spill / "first"))
-                    if done is None:
+        with (Path(tmp) / "stderr").open("w+b") as errors:  # a file, not a pipe: a chatty child never blocks
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "from dnnprof.ingest.kineto_split import second_half_main; second_half_main()",
+                 str(path), str(second_start), str(size), str(chunk_bytes), str(result), str(shared_path),
+                 "" if spill is None else str(spill / "second")],
+                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)
+            try:
+                with shared_path.open("r+b") as f, mmap.mmap(f.fileno(), 16) as mm:
+
+                    def theirs() -> tuple[int, int]:  # a copy of the bytes: no view may outlive the map
+                        done, events = np.frombuffer(mm[:16], dtype=np.int64).tolist()
+                        return done, events
+
+                    first = _first_half(path, first_end, decode, add, chunk_bytes, tally, progress, theirs, proc,
+                                        None if spill is None else SpilledColumns(spill / "first"))
+                    if first is None:
                         return None
-                    cols, envelope = done
-                    stderr = proc.communicate()[1]
+                    proc.wait()
                     if progress is not None:
-                        progress(size, int(theirs[1]) + done[0].events)
-                finally:
-                    del theirs
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+                        progress(size, theirs()[1] + first[0].events)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            errors.seek(0)
+            stderr = errors.read()
         if proc.returncode == _SPLIT_EXIT:
             return None
         if proc.returncode == _ERROR_EXIT:
@@ -126,6 +129,7 @@ def read_in_two(path: Path, decode: Callable[[memoryview, Counter[str]], list[An
             return None  # the second process died (killed, out of memory): the caller reads the file in one piece
         with result.open("rb") as f:
             later, tail, later_tally = pickle.load(f)
+    cols, envelope = first
     cols.extend(later)
     bad_utf8 = tally["bad_utf8"] or later_tally["bad_utf8"]
     tally.update(later_tally)
@@ -142,14 +146,15 @@ class _Columns(EventColumns):
 
 def _first_half(path: Path, first_end: int, decode: Callable[[memoryview, Counter[str]], list[Any]],
                 add: Callable[[EventColumns, list[Any]], None], chunk_bytes: int, tally: Counter[str],
-                progress: Callable[[int, int], None] | None, theirs: np.ndarray,
+                progress: Callable[[int, int], None] | None, theirs: Callable[[], tuple[int, int]],
                 proc: subprocess.Popen[bytes], spill: SpilledColumns | None) -> tuple[_Columns, bytes] | None:
     cols = _Columns(spill)
     mine = [0]
 
     def report() -> None:
         if progress is not None:
-            progress(mine[0] + int(theirs[0]), cols.events + int(theirs[1]))
+            done, events = theirs()
+            progress(mine[0] + done, cols.events + events)
 
     def on_read(n: int) -> None:
         mine[0] = n
