@@ -373,6 +373,7 @@ class Controller:
         (self.dir / "finalizing").touch()
         if self.pending is not None:
             self.status = "no_steps"
+            self._stop_at_exit(self.pending)
             self.pending.export(self.dir / "trace")
         elif not self.exported:
             if self.main is None:
@@ -383,12 +384,31 @@ class Controller:
                     self.stacks.stop()
                 for w in (self.main, self.attrib):  # stop and write each window before the next one's turn
                     if w is not None:
-                        w.stop()
+                        self._stop_at_exit(w)
                         self._static_memory()
                         w.export(self.dir / "trace")
         if self.sampler is not None:
             self.sampler.stop()
         self.write_results()
+
+    def _stop_at_exit(self, w: Window) -> None:
+        """Stop a window from the exit handler under a time limit (see ``exit_guard``): a stop that never returns
+        ends the process with what was collected before it, said in ``collector.json``."""
+        from dnnprof.collect.exit_guard import ExitGuard
+
+        def timed_out() -> None:
+            self.status = "exit_flush_timeout"
+            self.notes.append(f"stopping the {w.kind} window at exit did not finish in time: dnnprof ended the "
+                              "process (the script's own exit status is lost); run more steps than the window "
+                              "needs so that it closes before the script ends")
+            w.running = False
+            self.write_results()
+
+        guard = ExitGuard(timed_out)
+        with guard:
+            w.stop()
+        if guard.pokes:
+            self.notes.append(f"stopping the {w.kind} window at exit was slow: nudged {guard.pokes} time(s)")
 
     # --- results -------------------------------------------------------------------------------------------
     def write_results(self) -> None:
