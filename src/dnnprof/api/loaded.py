@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from dnnprof.api import frames
+import dnnprof.api.frames as frames
 from dnnprof.ingest.errors import TraceError
 from dnnprof.model.profile import Profile as CanonicalProfile
 

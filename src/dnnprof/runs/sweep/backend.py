@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dnnprof.runs.sweep.spec as S
 from dnnprof.collect.config import with_boot
 from dnnprof.collect.trial_failure import classify_exit, classify_text, last_error_line
-from dnnprof.runs.sweep import spec as S
 from dnnprof.runs.sweep.limits import address_space_limiter, host_total_bytes
 from dnnprof.runs.sweep.stats import percentile
 from dnnprof.runs.sweep.trial import Finished

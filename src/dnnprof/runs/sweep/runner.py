@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import dnnprof.runs.sweep.backend as backend
 from dnnprof.collect.lifeline import end_stale_groups
 from dnnprof.collect.trial_failure import allocator_state, requested_bytes
-from dnnprof.runs.sweep import backend
 from dnnprof.runs.sweep.backend import Plan
 from dnnprof.runs.sweep.search import BatchSearch, Observation
 from dnnprof.runs.sweep.spec import CPU_UNSUPPORTED, SweepSpec, trial_bound
