@@ -315,3 +315,64 @@ def test_gpu_metrics_that_disagree_with_the_trace_break_the_check(tmp_path: Path
     assert rc == 0
     check = next(c for c in doc["checks"] if c["id"] == "busy-vs-nvml")
     assert not check["ok"] and "differs by" in check["detail"], check
+
+
+def _two_process_export(path: Path) -> Path:
+    """``nsys profile torchrun --nproc-per-node 2 …`` as the export lays it out: two worker processes (pids 300 on
+    GPU 1, 200 on GPU 0) with the same correlation ids (CUPTI counts per process) and the same NVTX step ranges, and
+    the launcher (pid 100) with host calls only."""
+    con = sqlite3.connect(path)
+    x = con.execute
+    x("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    x("INSERT INTO StringIds VALUES (1, 'cudaLaunchKernel_v7000'), (2, 'sm90_xmma_gemm'), (3, 'gemm'), "
+      "(5, 'cudaGetDeviceCount_v5000')")
+    x("CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, smCount INTEGER, totalMemory INTEGER, "
+      "computeMajor INTEGER, computeMinor INTEGER)")
+    x("INSERT INTO TARGET_INFO_GPU VALUES (0, 'NVIDIA H100 80GB HBM3', 132, 85520809984, 9, 0), "
+      "(1, 'NVIDIA H100 80GB HBM3', 132, 85520809984, 9, 0)")
+    x("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, eventClass INT, globalTid INT, "
+      "correlationId INT, nameId INT, returnValue INT, callchainId INT)")
+    x("CREATE TABLE NVTX_EVENTS (start INT, end INT, eventType INT, rangeId INT, category INT, color INT, "
+      "text TEXT, globalTid INT, endGlobalTid INT, textId INT, domainId INT)")
+    x("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT, contextId INT, streamId INT, "
+      "correlationId INT, globalPid INT, demangledName INT, shortName INT, gridX INT, gridY INT, gridZ INT, "
+      "blockX INT, blockY INT, blockZ INT, registersPerThread INT, staticSharedMemory INT, "
+      "dynamicSharedMemory INT)")
+    x("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (1000, 2000, 0, ?, 1, 5, 0, NULL)", ((100 << 24) | 101,))
+    for pid, dev, late in ((300, 1, 40_000), (200, 0, 0)):
+        tid = (pid << 24) | (pid + 1)
+        for i in range(3):
+            t0 = 1_000_000 * (i + 1) + late
+            x("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, NULL, NULL, NULL, 'train_step', ?, NULL, NULL, 0)",
+              (t0, t0 + 900_000, tid))
+            x("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 1, 0, NULL)",
+              (t0 + 20_000, t0 + 25_000, tid, 10 + i))
+            x("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, 1, 7, ?, ?, 2, 3, 8, 1, 1, 128, 1, 1, 64, 0, "
+              "1024)", (t0 + 30_000, t0 + 230_000 + dev * 50_000, dev, 10 + i, pid << 24))
+    con.commit()
+    con.close()
+    return path
+
+
+def test_each_process_of_a_multi_process_export_is_a_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _two_process_export(tmp_path / "ddp.sqlite")
+    p = read_nsys_sqlite(path)
+    assert p.self_check() == []
+    assert p.meta["ranks"] == [0, 1] and p.meta["processes"] == {"0": 200, "1": 300}  # numbered by first GPU
+    k, rt = p.tables["kernels"], p.tables["runtime"]
+    assert sorted(set(zip(k["rank"].tolist(), k["device"].tolist(), strict=True))) == [(0, 0), (1, 1)]
+    # the same correlation ids in both processes: each kernel joins its own process's launch
+    assert (k["launch_row"] >= 0).all() and (rt["rank"][k["launch_row"]] == k["rank"]).all()
+    assert rt["rank"].size == 6  # the launcher's host call is left out
+    assert sorted((d.rank, d.id) for d in p.devices) == [(0, 0), (1, 1)]
+    st = p.tables["steps"]
+    assert sorted(st["rank"].tolist()) == [0, 0, 0, 1, 1, 1]
+    rc, doc, _ = _analyze(path, tmp_path, capsys)
+    assert rc == 0 and doc["ranks"]["count"] == 2
+    assert {r["rank"] for r in doc["ranks"]["per_rank"]} == {0, 1}
+
+
+def test_one_process_keeps_the_rank_it_is_given(tmp_path: Path) -> None:
+    p = read_nsys_sqlite(_fixture(tmp_path / "one.sqlite"), rank=3)
+    assert p.meta["ranks"] == [3] and "processes" not in p.meta
+    assert set(p.tables["kernels"]["rank"].tolist()) == {3}

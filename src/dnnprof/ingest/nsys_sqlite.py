@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,8 @@ class _Db:
         except sqlite3.DatabaseError as e:
             raise TraceError(f"{path}: not a readable SQLite database ({e})") from None
         self._cols: dict[str, set[str]] = {}
+        #: Per canonical table, each row's process id (from ``globalPid``/``globalTid``; -1 unknown).
+        self.pids: dict[str, np.ndarray] = {}
 
     def cols(self, table: str) -> set[str]:
         if table not in self._cols:
@@ -168,34 +171,89 @@ def _read(db: _Db, rank: int) -> Profile:
             out[i] = j
         return out
 
-    runtime = _runtime(db, profile, name_ids, rank)
-    ops = _nvtx(db, profile, strings, rank)
-    nest(ops)
-    runtime["op_row"][:] = innermost_enclosing(ops, runtime["tid"], runtime["start_ns"])
-    profile.tables["ops"], profile.tables["runtime"] = ops, runtime
+    profile.tables["runtime"] = _runtime(db, profile, name_ids, rank)
+    profile.tables["ops"] = _nvtx(db, profile, strings, rank)
     profile.tables["kernels"] = _kernels(db, name_ids, rank)
     profile.tables["memcpy"] = _memcpy(db, profile, rank)
     profile.tables["memset"] = _memset(db, profile, rank)
     profile.tables["syncs"] = _syncs(db, profile, rank)
+    processes = _processes_as_ranks(db, profile)
+    ranks = sorted(processes) if processes else [rank]
+    ops, runtime = profile.tables["ops"], profile.tables["runtime"]
+    nest(ops)
+    runtime["op_row"][:] = innermost_enclosing(ops, runtime["tid"], runtime["start_ns"])
+    # CUPTI numbers correlations per process: a call and its GPU work are matched within one rank.
+    shift = {t: profile.tables[t]["rank"].astype(np.int64) << 40 for t in ("runtime", "kernels", "memcpy", "memset")}
+    for t, sh in shift.items():
+        profile.tables[t]["correlation"] += sh
     for table in ("kernels", "memcpy", "memset"):
         link_by_correlation(profile.tables[table], runtime)
+    for t, sh in shift.items():
+        profile.tables[t]["correlation"] -= sh
     for table in ("kernels", "memcpy", "memset", "syncs", "runtime", "ops"):
         counts[table] = profile.rows(table)
     profile.devices = _devices(db, rank)
+    if processes:
+        k = profile.tables["kernels"]
+        profile.devices = [replace(d, rank=r) for r in ranks for d in profile.devices
+                           if np.any((k["rank"] == r) & (k["device"] == d.id))]
     meta = _export_meta(db)
     base = _scalar(db, "TARGET_INFO_SESSION_START_TIME", "utcEpochNs")
     profile.meta.update({
         "source": {"path": str(path), "format": "nsys-sqlite", **meta},
         "base_time_ns": int(base) if isinstance(base, int) else 0,
-        "distributed": {}, "ranks": [rank], "device_vendor": "nvidia",
+        "distributed": {}, "ranks": ranks, "device_vendor": "nvidia",
         "event_counts": dict(sorted(counts.items())),
     })
+    if processes:
+        profile.meta["processes"] = {str(r): pid for r, pid in processes.items()}
+        profile.meta["source"]["notes"] = [
+            f"{len(processes)} processes with GPU work in one export: each is a rank, numbered by the first GPU it "
+            "used (then its process id); host work of processes without GPU work is left out"]
     spans = _gpu_metrics(db, profile, rank)
     if spans:
         profile.meta["sample_spans_ns"] = spans
         profile.meta["event_counts"]["samples"] = profile.rows("samples")
-    _nvtx_steps(profile, rank)
+        if processes:  # a GPU's samples belong to the rank that used it
+            first = {}
+            for d in profile.devices:
+                first.setdefault(d.id, d.rank)
+            sm = profile.tables["samples"]
+            sm["rank"][:] = [first.get(int(dev), rank) for dev in sm["device"].tolist()]
+    for r in ranks:
+        _nvtx_steps(profile, r)
     return profile
+
+
+def _processes_as_ranks(db: _Db, profile: Profile) -> dict[int, int]:
+    """When GPU work of several processes is in the export (``nsys profile torchrun …``): {rank: pid}, every
+    table's ``rank`` set and the host rows of processes without GPU work dropped (before any row link exists).
+    {} for one process."""
+    gpu = [db.pids.get(t, np.empty(0, dtype=np.int64)) for t in ("kernels", "memcpy", "memset")]
+    pids = np.unique(np.concatenate(gpu)) if gpu else np.empty(0, dtype=np.int64)
+    pids = pids[pids >= 0]
+    if pids.size < 2:
+        return {}
+    k = profile.tables["kernels"]
+    kp = db.pids.get("kernels", np.empty(0, dtype=np.int64))
+
+    def first_device(pid: int) -> int:
+        dev = k["device"][kp == pid]
+        return int(dev.min()) if dev.size else 1 << 30
+
+    order = sorted((first_device(int(p)), int(p)) for p in pids)
+    rank_of = {pid: r for r, (_, pid) in enumerate(order)}
+    for name in ("runtime", "ops", "kernels", "memcpy", "memset", "syncs"):
+        t = profile.tables[name]
+        pid = db.pids.get(name)
+        if pid is None or pid.size != t["rank"].size:
+            continue
+        keep = np.isin(pid, list(rank_of))
+        if not keep.all():
+            profile.tables[name] = t = {c: v[keep] for c, v in t.items()}
+            pid = pid[keep]
+        t["rank"][:] = np.array([rank_of[int(x)] for x in pid.tolist()], dtype=t["rank"].dtype)
+    return {r: pid for pid, r in rank_of.items()}
 
 
 def _gpu_metric_name(raw: str) -> str:
@@ -275,6 +333,11 @@ def _i64(values: list[Any], default: int = -1) -> np.ndarray:
     return np.fromiter((default if v is None else int(v) for v in values), dtype=np.int64, count=len(values))
 
 
+def _pid(global_ids: np.ndarray) -> np.ndarray:
+    """Process id of nsys ``globalPid``/``globalTid`` values (bits 24-47; -1 where the column was missing)."""
+    return np.where(global_ids >= 0, (global_ids >> 24) & 0xFFFFFF, -1)
+
+
 def _u32(values: list[Any]) -> np.ndarray:
     """Ids nsys stores unsigned, where 2**32-1 means none: -1."""
     a = _i64(values)
@@ -298,9 +361,10 @@ _GPU_COLS = {"start": "start", "end": "end", "device": "deviceId", "stream": "st
 
 def _gpu(db: _Db, table: str, out: str, extra: dict[str, str], rank: int
          ) -> tuple[dict[str, np.ndarray], dict[str, list[Any]], np.ndarray]:
-    cols = db.select(table, {**_GPU_COLS, **extra}) if table in db.tables else {k: [] for k in {**_GPU_COLS,
-                                                                                                **extra}}
+    wanted = {**_GPU_COLS, **extra, "gpid": "globalPid"}
+    cols = db.select(table, wanted) if table in db.tables else {k: [] for k in wanted}
     t, order = _timed(out, cols, rank)
+    db.pids[out] = _pid(_i64(cols["gpid"]))[order]
     t["device"][:] = _u32(cols["device"])[order]
     t["stream"][:] = _u32(cols["stream"])[order]
     t["correlation"][:] = _i64(cols["correlation"])[order]
@@ -370,6 +434,7 @@ def _runtime(db: _Db, profile: Profile, name_ids: Any, rank: int) -> dict[str, n
     cols = db.select(table, wanted) if table in db.tables else {k: [] for k in wanted}
     t, order = _timed("runtime", cols, rank)
     t["tid"][:] = (_i64(cols["tid"], 0) & 0xFFFFFF)[order]
+    db.pids["runtime"] = _pid(_i64(cols["tid"]))[order]
     t["correlation"][:] = _i64(cols["correlation"])[order]
     ids = name_ids(cols["name"], lambda s: _API_VERSION.sub("", s))[order]
     t["name_id"][:] = ids
@@ -405,6 +470,7 @@ def _nvtx(db: _Db, profile: Profile, strings: dict[int, str], rank: int) -> dict
     t["rank"][:] = rank
     t["start_ns"][:], t["dur_ns"][:] = start[order], dur[order]
     t["tid"][:] = (_i64(cols["tid"], 0) & 0xFFFFFF)[order]
+    db.pids["ops"] = _pid(_i64(cols["tid"]))[order]
     seen: dict[str, tuple[int, int, int]] = {}
     for row, i in enumerate(order.tolist()):
         text = texts[i]
@@ -426,7 +492,8 @@ def _nvtx_steps(profile: Profile, rank: int) -> None:
     with the most GPU work launched inside, its ranges disjoint. Else one step from a lone wrapper range
     (:func:`_lone_window`)."""
     ops = profile.tables["ops"]
-    top = np.flatnonzero((ops["depth"] == 0) & (ops["category"] == OP_CATEGORIES.index("user_annotation")))
+    top = np.flatnonzero((ops["depth"] == 0) & (ops["category"] == OP_CATEGORIES.index("user_annotation"))
+                         & (ops["rank"] == rank))
     if top.size == 0:
         return
     groups: dict[str, list[int]] = {}
@@ -434,7 +501,7 @@ def _nvtx_steps(profile: Profile, rank: int) -> None:
         groups.setdefault(_STEP_NUMBER.sub("", profile.name(int(ops["name_id"][r]))), []).append(r)
     runtime = profile.tables["runtime"]
     gpu_work = [API_KINDS.index(k) for k in ("launch", "memcpy", "memset", "graph_launch")]
-    launches = np.sort(runtime["start_ns"][np.isin(runtime["api_kind"], gpu_work)])
+    launches = np.sort(runtime["start_ns"][np.isin(runtime["api_kind"], gpu_work) & (runtime["rank"] == rank)])
     best: tuple[int, list[int]] | None = None
     for rows in groups.values():
         if len(rows) < 2:
