@@ -19,8 +19,8 @@ from dnnprof.analysis.live_verdicts import verdict
 from dnnprof.cli.errors import UserError
 from dnnprof.cli.main import main
 from dnnprof.cli.monitor import MonitorOptions, monitor
-from dnnprof.model.gpu_samples import COLUMNS, METRIC_NAMES, ProcessUse, read_samples
-from fake_gpu import FakeClock, FakeGpuBackend, h200
+from dnnprof.model.gpu_samples import COLUMNS, METRIC_NAMES, GpuInfo, ProcessUse, read_samples
+from fake_gpu import IDLE, FakeClock, FakeGpu, FakeGpuBackend, h200, spin_then_gemm
 
 GOLDEN = Path(__file__).parent / "golden"
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -80,6 +80,40 @@ def test_summary_golden_gpu_util_against_sm_active(tmp_path: Path) -> None:
     assert "GPU-Util said 90 %, SMs were actually 40.0 % active" in summary
     assert "GPU 1: GPU-Util said 90 %; no GPM on this GPU" in summary
     _golden("monitor_summary.txt", summary)
+
+
+def _idle_h100(t_s: float) -> dict[str, float]:
+    """An idle H100 beside the busy one: ~1 MB/s of PCIe traffic, which reads as KiB/s with four digits."""
+    return {**IDLE, "pcie_tx_mib_per_s": 0.9827, "pcie_rx_mib_per_s": 0.5985, "power_w": 71.0}
+
+
+@pytest.mark.parametrize(("width", "tables"), [(80, 2), (120, 2), (180, 1)])
+def test_summary_of_four_gpus_is_never_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, width: int,
+                                           tables: int) -> None:
+    """Four GPUs on a narrow console: a line per GPU, numbers and metric names whole (no ellipsis, no wrapped
+    label), the GPUs in as many tables as the width needs (180: what a pipe gets)."""
+    monkeypatch.chdir(tmp_path)
+    rec = Path("samples.csv")
+    name = "NVIDIA H100 80GB HBM3"
+    gpus = [FakeGpu(GpuInfo(i, name, f"GPU-{i:04d}", 85_520_809_984.0, True),
+                    script=spin_then_gemm if i == 0 else _idle_h100) for i in range(4)]
+    con = Console(record=True, width=width, file=io.StringIO(), color_system=None, force_terminal=False,
+                  legacy_windows=False)
+    clock = FakeClock()
+    rc = monitor(MonitorOptions(duration_s=20.0, record=rec), FakeGpuBackend(gpus), con, clock=clock.clock,
+                 wall=clock.wall, sleep=clock.sleep, live=False)
+    out = con.export_text()
+    summary = out[out.index("monitoring stopped"):]
+    assert rc == 0
+    assert "…" not in summary
+    assert all(len(line) <= width for line in summary.splitlines())
+    for i in range(4):
+        assert f"GPU {i}: {name}, 41 samples over 20.0 s" in summary
+        assert f"GPU {i} mean" in summary
+    assert "1,006.3 KiB/s" in summary and " SM occupancy " in summary and " Temperature " in summary
+    assert summary.count(" metric ") == tables
+    if width < 180:
+        _golden(f"monitor_summary_4gpu_{width}.txt", summary)
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])

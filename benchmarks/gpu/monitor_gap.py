@@ -89,7 +89,10 @@ def main() -> int:
     cols = pq.read_table(samples).to_pydict()
     lines = [json.loads(x) for x in marks.read_text().splitlines() if x.strip()]
     doc.update(lines[0])
-    doc["monitor_summary"] = proc.stdout.splitlines()[-40:]
+    out_lines = proc.stdout.splitlines()
+    # the whole summary (a line per GPU, then the table), however many GPUs: from the monitor's first line
+    first = next((i for i, x in enumerate(out_lines) if x.startswith("the command exited")), 0)
+    doc["monitor_summary"] = out_lines[first:]
     phases: dict[str, object] = {}
     for m in lines[1:]:
         lo, hi = m["start_unix_s"] + HEAD_TRIM_S, m["end_unix_s"] - TAIL_TRIM_S

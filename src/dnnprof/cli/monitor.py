@@ -211,7 +211,7 @@ def monitor(opts: MonitorOptions, backend: GpuBackend, console: Console, *,
             what = f"the command exited {rc}" if proc is not None else "monitoring stopped"
             header = f"{what}; samples " + (f"written to {opts.record}" if opts.record else "not written (no --record)")
             console.print(summary_view(summarize(st.table.columns, METRIC_NAMES), {i.index: i for i in st.infos},
-                                       header=header))
+                                       header=header, width=console.width))
         return rc
     finally:
         backend.close()
@@ -237,7 +237,10 @@ def _run(
     if command and command[0] == "--":
         command = command[1:]
     opts = MonitorOptions(interval_s=interval, gpus=gpus, record=record, duration_s=duration, command=command)
-    rc = monitor(opts, NvmlBackend(), Console())
+    console = Console()
+    if not console.is_terminal:  # pipes and logs: no 80-column squeeze (as the other reports)
+        console.width = max(console.width, 180)
+    rc = monitor(opts, NvmlBackend(), console)
     if rc:
         raise typer.Exit(rc)
 

@@ -152,12 +152,14 @@ def live_view(infos: Sequence[GpuInfo], histories: Mapping[int, Sequence[GpuFram
 
 
 def summary_view(summaries: Sequence[GpuSummary], infos: Mapping[int, GpuInfo], *, header: str = "",
-                 metrics: Sequence[str] = METRIC_NAMES) -> RenderableType:
-    """One screen: a table of every recorded metric (rows) with each GPU's mean and p95 (columns), then per GPU
-    what GPU-Util said against how active the SMs were."""
-    from rich import box
+                 metrics: Sequence[str] = METRIC_NAMES, width: int = 180) -> RenderableType:
+    """One screen: a line per GPU (its name and what was recorded), a table of every recorded metric (rows) with
+    each GPU's mean and p95 (columns), then per GPU what GPU-Util said against how active the SMs were.
+
+    No cell is ever cut or wrapped: every column keeps the width of its widest cell, and when all GPUs do not fit
+    in ``width`` cells they are shown in several tables of as many GPUs as fit (each repeating the metric names).
+    """
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     parts: list[RenderableType] = []
@@ -170,20 +172,21 @@ def summary_view(summaries: Sequence[GpuSummary], infos: Mapping[int, GpuInfo], 
         info = infos.get(s.gpu)
         parts.append(Text(f"GPU {s.gpu}: {clean(info.name) if info else '?'}, {s.samples} samples over "
                           f"{s.duration_s:.1f} s"))
-    t = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
-    t.add_column("metric")
+    shown = [m for m in metrics if m != "memory_total_bytes"
+             and any(s.get(m) is not None for s in summaries)]
+    labels = [LABELS.get(m, m) for m in shown]
+    cells: list[list[str]] = []  # per GPU: mean and p95 of every shown metric, interleaved
     for s in summaries:
-        t.add_column(f"GPU {s.gpu} mean", justify="right")
-        t.add_column(f"GPU {s.gpu} p95", justify="right")
-    for m in metrics:
-        got = [s.get(m) for s in summaries]
-        if m == "memory_total_bytes" or all(g is None for g in got):
-            continue
-        row = [LABELS.get(m, m)]
-        for g in got:
-            row += [metric_text(m, g.mean if g else None), metric_text(m, g.p95 if g else None)]
-        t.add_row(*row)
-    parts.append(t)
+        col: list[str] = []
+        for m in shown:
+            g = s.get(m)
+            col += [metric_text(m, g.mean if g else None), metric_text(m, g.p95 if g else None)]
+        cells.append(col)
+    per_block = _gpus_per_block(labels, summaries, cells, width)
+    blocks = -(-len(summaries) // per_block)
+    per_block = -(-len(summaries) // blocks)  # as even as the blocks can be: 4 GPUs in 2 + 2, not 3 + 1
+    for b in range(0, len(summaries), per_block):
+        parts.append(_summary_table(labels, summaries[b:b + per_block], cells[b:b + per_block]))
     for s in summaries:
         util, sm = s.get("gpu_util_pct"), s.get("sm_active_pct")
         if util is not None and sm is not None:
@@ -193,3 +196,54 @@ def summary_view(summaries: Sequence[GpuSummary], infos: Mapping[int, GpuInfo], 
             parts.append(Text(f"GPU {s.gpu}: GPU-Util said {util.mean:.0f} %; no GPM on this GPU, so how many SMs "
                               "were active is unknown", style="bold"))
     return Group(*parts)
+
+
+#: Between two columns of the summary table: a space of padding on each side and the (blank) rule; and its two
+#: blank edges (SIMPLE_HEAD box, no edge padding).
+_BETWEEN, _EDGES = 3, 2
+
+
+def _column_widths(labels: Sequence[str], summaries: Sequence[GpuSummary],
+                   cells: Sequence[Sequence[str]]) -> tuple[int, list[tuple[int, int]]]:
+    """The metric column's width and each GPU's (mean, p95) widths: the widest header or cell of each."""
+    from rich.cells import cell_len
+
+    label_w = max(cell_len(x) for x in ["metric", *labels])
+    out = []
+    for s, col in zip(summaries, cells, strict=True):
+        mean_w = max(cell_len(x) for x in [f"GPU {s.gpu} mean", *col[0::2]])
+        p95_w = max(cell_len(x) for x in [f"GPU {s.gpu} p95", *col[1::2]])
+        out.append((mean_w, p95_w))
+    return label_w, out
+
+
+def _gpus_per_block(labels: Sequence[str], summaries: Sequence[GpuSummary], cells: Sequence[Sequence[str]],
+                    width: int) -> int:
+    """How many GPUs' columns fit beside the metric names in ``width`` cells (at least one)."""
+    label_w, gpu_w = _column_widths(labels, summaries, cells)
+    used, n = _EDGES + label_w, 0
+    for mean_w, p95_w in gpu_w:
+        used += mean_w + p95_w + 2 * _BETWEEN
+        if used > width:
+            break
+        n += 1
+    return max(1, n)
+
+
+def _summary_table(labels: Sequence[str], summaries: Sequence[GpuSummary],
+                   cells: Sequence[Sequence[str]]) -> RenderableType:
+    from rich import box
+    from rich.table import Table
+
+    label_w, gpu_w = _column_widths(labels, summaries, cells)
+    t = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    t.add_column("metric", no_wrap=True, min_width=label_w)
+    for s, (mean_w, p95_w) in zip(summaries, gpu_w, strict=True):
+        t.add_column(f"GPU {s.gpu} mean", justify="right", no_wrap=True, min_width=mean_w)
+        t.add_column(f"GPU {s.gpu} p95", justify="right", no_wrap=True, min_width=p95_w)
+    for r, label in enumerate(labels):
+        row = [label]
+        for col in cells:
+            row += [col[2 * r], col[2 * r + 1]]
+        t.add_row(*row)
+    return t
