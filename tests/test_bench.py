@@ -245,3 +245,48 @@ def test_profile_pass_links_a_run_directory(tmp_path: Path, monkeypatch: pytest.
     run_dir = Path(r["profile_run_dir"])
     assert run_dir.is_dir() and "eager-b1" in run_dir.name
     assert (run_dir / "summary.json").is_file() and (run_dir / "profile").is_dir()
+
+
+def test_stage_lines_on_stderr_when_not_a_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """In a log (stderr not a terminal) every stage prints a line, so a run killed by a time limit says where it
+    was: loading, the eager reference, each trial's start and end."""
+    script = tmp_path / "model.py"
+    script.write_text(SCRIPT)
+    args = ["bench", "--backends", "eager", "--batch-sizes", "1,2", "--device", "cpu", "--warmup", "1",
+            "--iterations", "3", "--json", str(tmp_path / "b.json"), "--", "python", str(script), "16"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    stages = [line.split("] ", 1)[1] for line in err.splitlines() if line.startswith("dnnprof bench [")]
+    assert stages == ["loading script", "eager reference outputs, batch 1: started (1/2)",
+                      "eager batch 1: started (1/2)", "eager batch 1: done",
+                      "eager reference outputs, batch 2: started (2/2)",
+                      "eager batch 2: started (2/2)", "eager batch 2: done"]
+
+
+def test_timed_loop_calls_the_bare_model_inside_one_inference_mode() -> None:
+    """The timed iterations call the model directly, inside one inference mode entered around the loop and with
+    the garbage collector off (no context managers entered per call, unlike the warm-up's ``run()``)."""
+    import gc
+
+    from dnnprof.bench.backends import flatten
+    from dnnprof.bench.trial import Trial as T
+    from dnnprof.bench.trial import _call, _time, torch_contexts
+
+    seen: list[tuple[bool, bool, str]] = []
+
+    def run() -> list:
+        seen.append((torch.is_inference_mode_enabled(), gc.isenabled(), "run"))
+        return [torch.zeros(1)]
+
+    def bare() -> object:
+        seen.append((torch.is_inference_mode_enabled(), gc.isenabled(), "bare"))
+        return (torch.zeros(1),)
+
+    source = build_source(workload_spec("resnet50-tiny", device="cpu", precision="fp32", max_batch=1))
+    runner = Runner(run=run, bare=bare)
+    assert [t.shape for t in _call(runner)()] == [t.shape for t in flatten((torch.zeros(1),))]
+    seen.clear()
+    with torch_contexts(source):
+        _time(T("eager", 1), runner, (), (), Settings(warmup=0, iterations=4), False, lambda f: None)
+    assert seen == [(True, False, "bare")] * 4
+    assert gc.isenabled()

@@ -30,5 +30,18 @@ def build(name: str, batch_size: int) -> tuple[Any, Any, float | None]:
     raise SystemExit(f"unknown model {name!r}: gpt2 or resnet50")
 
 
+_BUILT: dict[str, Any] = {}
+
+
 def dnnprof_bench(batch_size: int) -> tuple[Any, Any, float | None]:
-    return build(sys.argv[1] if len(sys.argv) > 1 else "gpt2", batch_size)
+    """The model is built once per process (GPT-2's random init takes seconds of CPU); each batch size gets its
+    inputs (dnnprof bench calls this once to load the model, then once per batch size for the inputs)."""
+    import torch
+
+    name = sys.argv[1] if len(sys.argv) > 1 else "gpt2"
+    if name not in _BUILT:
+        _BUILT[name] = build(name, 1)[0]
+    torch.manual_seed(batch_size)
+    if name == "gpt2":
+        return _BUILT[name], torch.randint(0, 50257, (batch_size, SEQ_LEN)), float(SEQ_LEN)
+    return _BUILT[name], torch.randn(batch_size, 3, 224, 224), None

@@ -37,6 +37,9 @@ class Runner:
     note: str = ""
     #: ``run()`` returns only once the device is done (ONNX Runtime): its host time is not an enqueue time.
     synchronous: bool = False
+    #: The same call without the context managers ``run()`` enters (inference mode, autocast) and without
+    #: flattening: the timed loop enters them once around all its iterations, as a hand-written loop would.
+    bare: Callable[[], Any] | None = None
 
 
 def unavailable(name: str, source: Source) -> str | None:

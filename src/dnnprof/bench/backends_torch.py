@@ -22,7 +22,8 @@ def _forward(source: Source, model: Any, buffers: tuple[Any, ...]) -> Any:
 
 
 def eager(source: Source, buffers: tuple[Any, ...]) -> Runner:
-    return Runner(run=_forward(source, source.model, buffers))
+    model = source.model
+    return Runner(run=_forward(source, model, buffers), bare=lambda: model(*buffers))
 
 
 def compiled(source: Source, buffers: tuple[Any, ...], mode: str) -> Runner:
@@ -34,10 +35,11 @@ def compiled(source: Source, buffers: tuple[Any, ...], mode: str) -> Runner:
         def run() -> list[Any]:
             torch.compiler.cudagraph_mark_step_begin()  # each query is a new step of its CUDA graph trees
             return forward()
+        bare = None
     else:
-        run = forward
+        run, bare = forward, (lambda: fn(*buffers))
     run()  # compile now, not inside the warm-up count
-    return Runner(run=run, close=_forget_compiled, note=f"torch.compile mode={mode}")
+    return Runner(run=run, close=_forget_compiled, note=f"torch.compile mode={mode}", bare=bare)
 
 
 def _forget_compiled() -> None:

@@ -32,6 +32,7 @@ def run_bench(source: Source, backends: list[str], batch_sizes: list[int], setti
         for bi, b in enumerate(batch_sizes):
             reference, ref_backend, ref_error = None, None, ""
             if source.model is not None:
+                report(f"eager reference outputs, batch {b}", float(bi * len(backends)))
                 try:
                     reference, ref_backend = reference_outputs(source, b), "eager"
                 except Exception as e:  # noqa: BLE001 - the model itself fails: every trial says so below

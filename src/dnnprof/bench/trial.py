@@ -7,8 +7,10 @@ the backend's call is the enqueue time. On a CPU there is nothing to copy: the c
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +100,8 @@ def run_trial(source: Source, backend: str, batch_size: int, settings: Settings,
             trial.max_rel_error = err
             if not ok:
                 trial.status, trial.reason = "wrong", why
-        _time(trial, runner, host, buffers, settings, cuda, progress)
+        with torch_contexts(source):
+            _time(trial, runner, host, buffers, settings, cuda, progress)
         return trial, outputs
     except BackendError as e:
         trial.status, trial.reason = "error", str(e)
@@ -116,15 +119,41 @@ def run_trial(source: Source, backend: str, batch_size: int, settings: Settings,
             torch.cuda.empty_cache()
 
 
+@contextlib.contextmanager
+def torch_contexts(source: Source) -> Iterator[None]:
+    """Around the whole timed loop, once: inference mode, the precision's autocast, and no garbage collection (as
+    ``timeit`` does: a collection of the host's many objects would land in one iteration's latency)."""
+    import torch
+
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.inference_mode(), source.autocast():
+            yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _call(runner: Runner) -> Callable[[], list[Any]]:
+    """The runner's call for the timed loop: the bare one (the loop holds its contexts) when it has one."""
+    bare = runner.bare
+    if bare is None:
+        return runner.run
+    return lambda: flatten(bare())
+
+
 def _time(trial: Trial, runner: Runner, host: tuple[Any, ...], buffers: tuple[Any, ...], settings: Settings,
           cuda: bool, progress: Callable[[float], None]) -> None:
     target = settings.iterations if settings.duration_s is None else None
+    call = _call(runner)
     start = time.perf_counter()
     if not cuda:
         trial.null_reasons = {k: CPU_NULL_REASON for k in ("h2d_ms", "gpu_compute_ms", "d2h_ms", "enqueue_ms")}
         while True:
             t0 = time.perf_counter()
-            runner.run()
+            call()
             dt = (time.perf_counter() - t0) * 1e3
             trial.latency_ms.append(dt)
             trial.compute_ms.append(dt)
@@ -135,8 +164,11 @@ def _time(trial: Trial, runner: Runner, host: tuple[Any, ...], buffers: tuple[An
     import torch
 
     events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-    outs = [o for o in runner.run() if hasattr(o, "is_cuda") and o.is_cuda]
-    pinned = [torch.empty(o.shape, dtype=o.dtype, pin_memory=True) for o in outs]
+    first = call()
+    on_device = [i for i, o in enumerate(first) if hasattr(o, "is_cuda") and o.is_cuda]
+    pinned = [torch.empty(first[i].shape, dtype=first[i].dtype, pin_memory=True) for i in on_device]
+    del first
+    copies = list(zip(buffers, host, strict=False))
     trial.h2d_ms, trial.d2h_ms, trial.enqueue_ms = [], [], []
     if runner.synchronous:
         trial.null_reasons = {"enqueue_ms": SYNC_NULL_REASON}
@@ -144,15 +176,15 @@ def _time(trial: Trial, runner: Runner, host: tuple[Any, ...], buffers: tuple[An
     start = time.perf_counter()
     while True:
         events[0].record()
-        for dst, src in zip(buffers, host, strict=False):
+        for dst, src in copies:
             dst.copy_(src, non_blocking=True)
         events[1].record()
         t0 = time.perf_counter()
-        out = [o for o in runner.run() if hasattr(o, "is_cuda") and o.is_cuda]
+        out = call()
         trial.enqueue_ms.append((time.perf_counter() - t0) * 1e3)
         events[2].record()
-        for dst, src in zip(pinned, out, strict=False):
-            dst.copy_(src, non_blocking=True)
+        for dst, i in zip(pinned, on_device, strict=True):
+            dst.copy_(out[i], non_blocking=True)
         events[3].record()
         events[3].synchronize()
         trial.h2d_ms.append(events[0].elapsed_time(events[1]))

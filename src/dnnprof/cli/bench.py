@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,9 @@ def bench(
     from dnnprof.workloads.errors import WorkloadError
 
     settings = Settings(warmup=warmup, iterations=None if duration else (iterations or 100), duration_s=duration)
+    lines = not quiet and not sys.stderr.isatty()  # logs and pipes: a line per stage, so a timeout says where
+    if lines:
+        _line(f"loading {spec.get('kind', 'the source')}")
     try:
         source = build_source(spec)
         if source.onnx_path is not None:
@@ -121,7 +125,8 @@ def bench(
     except (SourceError, WorkloadError) as e:
         raise UserError(str(e)) from None
     try:
-        with _progress(enabled=not quiet and sys.stderr.isatty(), total=len(names) * len(sizes)) as progress:
+        with _progress(enabled=not quiet and sys.stderr.isatty(), total=len(names) * len(sizes),
+                       lines=lines) as progress:
             raw = run_bench(source, names, sizes, settings, progress=progress)
     finally:
         source.close()
@@ -161,17 +166,34 @@ def _profile_pass(spec: dict[str, Any], raw: dict[str, Any]) -> None:
             print(f"dnnprof: --profile {t['backend']}: {m}", file=sys.stderr)
 
 
-class _progress:
-    """A rich progress bar on stderr while trials run (only on a terminal); a no-op callback otherwise."""
+_T0 = time.monotonic()
 
-    def __init__(self, *, enabled: bool, total: int) -> None:
-        self.enabled, self.total = enabled, total
+
+def _line(text: str) -> None:
+    print(f"dnnprof bench [{time.monotonic() - _T0:6.1f} s] {text}", file=sys.stderr, flush=True)
+
+
+class _progress:
+    """A rich progress bar on stderr while trials run on a terminal; elsewhere, with ``lines``, one line per stage
+    (``eager batch 1: started``, ``… done``) so a log cut by a time limit shows what was running."""
+
+    def __init__(self, *, enabled: bool, total: int, lines: bool = False) -> None:
+        self.enabled, self.total, self.lines = enabled, total, lines
         self._bar: Any = None
         self._task: Any = None
+        self._label, self._finished = "", False
+
+    def _print(self, label: str, done: float) -> None:
+        if label != self._label:
+            self._label, self._finished = label, False
+            _line(f"{label}: started ({min(int(done) + 1, self.total)}/{self.total})")
+        elif done == int(done) and not self._finished:
+            self._finished = True
+            _line(f"{label}: done")
 
     def __enter__(self) -> Any:
         if not self.enabled:
-            return None
+            return self._print if self.lines else None
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
