@@ -249,7 +249,7 @@ def test_profile_pass_links_a_run_directory(tmp_path: Path, monkeypatch: pytest.
 
 def test_stage_lines_on_stderr_when_not_a_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """In a log (stderr not a terminal) every stage prints a line, so a run killed by a time limit says where it
-    was: loading, the eager reference, each trial's start and end."""
+    was: the eager reference, each trial's start and end (no line yet: still loading)."""
     script = tmp_path / "model.py"
     script.write_text(SCRIPT)
     args = ["bench", "--backends", "eager", "--batch-sizes", "1,2", "--device", "cpu", "--warmup", "1",
@@ -257,7 +257,7 @@ def test_stage_lines_on_stderr_when_not_a_terminal(tmp_path: Path, capsys: pytes
     assert main(args) == 0
     err = capsys.readouterr().err
     stages = [line.split("] ", 1)[1] for line in err.splitlines() if line.startswith("dnnprof bench [")]
-    assert stages == ["loading script", "eager reference outputs, batch 1: started (1/2)",
+    assert stages == ["eager reference outputs, batch 1: started (1/2)",
                       "eager batch 1: started (1/2)", "eager batch 1: done",
                       "eager reference outputs, batch 2: started (2/2)",
                       "eager batch 2: started (2/2)", "eager batch 2: done"]

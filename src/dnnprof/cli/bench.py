@@ -115,9 +115,9 @@ def bench(
     from dnnprof.workloads.errors import WorkloadError
 
     settings = Settings(warmup=warmup, iterations=None if duration else (iterations or 100), duration_s=duration)
-    lines = not quiet and not sys.stderr.isatty()  # logs and pipes: a line per stage, so a timeout says where
-    if lines:
-        _line(f"loading {spec.get('kind', 'the source')}")
+    # logs and pipes: a line per stage, so a timeout says where (none yet: still loading the model); an error
+    # while loading stays one line
+    lines = not quiet and not sys.stderr.isatty()
     try:
         source = build_source(spec)
         if source.onnx_path is not None:
