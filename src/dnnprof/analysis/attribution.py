@@ -237,6 +237,8 @@ def attribute(profile: Profile, table: str = "kernels") -> Attribution:
         f["top_op"][:] = -1
         f["source"][:] = -1
     module = np.where(has_op, f["module"][r], -1)
+    if table != "ops" and "module_id" in t:  # work replayed from a CUDA graph carries the layer it was captured in
+        module = np.where(t["module_id"] >= 0, t["module_id"], module)
     top = np.where(has_op, f["top_op"][r], -1)
     strings = np.asarray([*profile.strings, ""], dtype=object)
     layer = np.where(module >= 0, strings[np.where(module >= 0, module, -1)], "")

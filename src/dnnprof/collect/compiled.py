@@ -215,7 +215,9 @@ class CompiledKernels:
                 sources.append(src)
         runtime = kernel_name
         if is_extern:
-            runtime = "aten::" + kernel_name.rsplit(".", 1)[-1]
+            parts = kernel_name.split(".")
+            # extern_kernels.mm runs as aten::mm; torch.ops.aten.<op>.<overload> as aten::<op>
+            runtime = f"{parts[2]}::{parts[3]}" if parts[0] == "torch" and len(parts) >= 4 else "aten::" + parts[-1]
         elif kernel_name.startswith("cpp_") and g["cpp_kernel_profile"] and g["graph_id"] is not None:
             runtime = f"graph_{g['graph_id']}_{kernel_name}"  # the name cpp.enable_kernel_profile gives its range
         entry = {"graph": g["index"], "name": kernel_name, "runtime_name": runtime, "extern": is_extern,

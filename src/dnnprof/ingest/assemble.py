@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from dnnprof.ingest.compiled import apply_compiled_kernels, load_records
+from dnnprof.ingest.graph_replays import apply_graph_replays
 from dnnprof.ingest.join import join_attribution
 from dnnprof.ingest.kineto import read_kineto
 from dnnprof.model.profile import Profile
@@ -96,8 +97,10 @@ def _read(run_dir: Path, window: dict[str, Any], rank: int | None = None) -> Pro
     profile = read_kineto(run_dir / window["trace"], rank=rank)
     relabel_module_ranges(profile)
     compiled = load_records(run_dir)
-    if compiled is not None and window.get("ops", True):
-        apply_compiled_kernels(profile, compiled)
+    if compiled is not None:
+        if window.get("ops", True):
+            apply_compiled_kernels(profile, compiled)
+        apply_graph_replays(profile, compiled)  # needs no ops: a replay's kernels share its launch's correlation
     return profile
 
 

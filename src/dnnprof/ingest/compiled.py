@@ -64,6 +64,17 @@ def layer_label(stacks: list[list[list[str]]], root: str) -> tuple[str, list[str
     return (_fmt(common[-1]) if common else root), shared
 
 
+def runtime_name(kernel: dict[str, Any]) -> str:
+    """The name a recorded kernel runs under in the trace: the generated kernel's own name, or the aten op of an
+    extern call (``torch.ops.aten._scaled_dot_product_efficient_attention.default`` runs as
+    ``aten::_scaled_dot_product_efficient_attention``; records of an earlier dnnprof named it by its overload)."""
+    name = str(kernel.get("name", ""))
+    if kernel.get("extern") and name.startswith("torch.ops.") and name.count(".") >= 3:
+        ns, op = name.split(".")[2:4]
+        return f"{ns}::{op}"
+    return str(kernel.get("runtime_name") or name)
+
+
 def _fmt(m: tuple[str, ...]) -> str:
     fqn, cls = m[0], m[1] if len(m) > 1 else ""
     return f"{fqn} ({cls})" if cls else fqn
@@ -83,20 +94,18 @@ def apply_compiled_kernels(profile: Profile, doc: dict[str, Any]) -> dict[str, A
         profile.meta["compiled"] = info
         return info
     labels = [layer_label(k.get("module_stacks") or [], root) for k in kernels]
-    generated: dict[int, dict[str, int]] = defaultdict(dict)  # graph -> runtime name -> kernel index
+    # graph -> runtime name -> its records in call order (a kernel the graph calls from several places, e.g. one
+    # block's fused GELU in every block, has a record per call)
+    generated: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     externs: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, k in enumerate(kernels):
-        g = int(k["graph"])
-        if k.get("extern"):
-            externs[g][k["runtime_name"]].append(i)
-        else:
-            generated[g].setdefault(k["runtime_name"], i)
+        (externs if k.get("extern") else generated)[int(k["graph"])][runtime_name(k)].append(i)
     graph_label = {g: layer_label([s for k in kernels if int(k["graph"]) == g for s in k.get("module_stacks") or []]
                                   or [[]], root)[0] for g in graphs}
     by_name: dict[str, list[int]] = defaultdict(list)
-    for names in generated.values():
-        for name, i in names.items():
-            by_name[name].append(i)
+    for per_graph in generated.values():
+        for name, ix in per_graph.items():
+            by_name[name].extend(ix)
 
     names = profile.names(ops["name_id"]).astype(object)
     parent = ops["parent_row"]
@@ -117,11 +126,11 @@ def apply_compiled_kernels(profile: Profile, doc: dict[str, Any]) -> dict[str, A
         if kernel is not None:
             leaves = labels[kernel][1]
             if leaves:
-                shared[kernels[kernel]["runtime_name"]] = leaves
+                shared[runtime_name(kernels[kernel])] = leaves
             if kernels[kernel].get("sources"):
-                sources[kernels[kernel]["runtime_name"]] = kernels[kernel]["sources"]
+                sources[runtime_name(kernels[kernel])] = kernels[kernel]["sources"]
 
-    for c in calls.tolist():
+    for c in calls.tolist():  # one per graph call: a few per step
         rows = sorted(children.get(c, []), key=lambda r: int(ops["start_ns"][r]))
         backward = _under_backward(names, parent, c)
         g = _pick_graph(graphs, generated, [names[r] for r in rows], backward)
@@ -129,10 +138,13 @@ def apply_compiled_kernels(profile: Profile, doc: dict[str, Any]) -> dict[str, A
             unmatched += len(rows)
             continue
         queue = {op: list(ix) for op, ix in externs[g].items()}
+        seen: dict[str, int] = defaultdict(int)  # calls of each generated kernel so far in this graph call
         for r in rows:
             nm = names[r]
             if nm in generated[g]:
-                i = generated[g][nm]
+                ix = generated[g][nm]
+                i = ix[min(seen[nm], len(ix) - 1)]
+                seen[nm] += 1
                 set_row(r, labels[i][0], i)
             elif queue.get(nm):
                 i = queue[nm].pop(0)
@@ -161,8 +173,8 @@ def _under_backward(names: np.ndarray, parent: np.ndarray, row: int) -> bool:
     return False
 
 
-def _pick_graph(graphs: dict[int, dict[str, Any]], generated: dict[int, dict[str, int]], child_names: list[Any],
-                backward: bool) -> int | None:
+def _pick_graph(graphs: dict[int, dict[str, Any]], generated: dict[int, dict[str, list[int]]],
+                child_names: list[Any], backward: bool) -> int | None:
     """The recorded graph a call ran: most generated kernel names in common, same direction first."""
     best, best_key = None, (-1, -1)
     present = set(child_names)

@@ -281,6 +281,7 @@ def join_attribution(timing: Profile, attrib: Profile) -> dict[str, Any]:
         return int(_match_step(timing, attrib, t_steps[-1], a_step, "kernels")[1].size)
 
     reference = max(reversed(a_steps), key=score)
+    lut = _remap(attrib, timing)
     per_step: list[dict[str, Any]] = []
     totals = {"kernels": [0, 0], "memcpy": [0, 0], "memset": [0, 0], "runtime": [0, 0]}
     for s in t_steps:
@@ -293,6 +294,10 @@ def join_attribution(timing: Profile, attrib: Profile) -> dict[str, Any]:
         for table in ("kernels", "memcpy", "memset", "runtime"):
             rows, ta, tb = _match_step(timing, attrib, s, ref, table)
             timing.tables[table]["op_row"][ta] = op_of(attrib.tables[table]["op_row"][tb])
+            if "module_id" in timing.tables[table]:  # a graph-replayed kernel's own layer (ingest.graph_replays)
+                own = attrib.tables[table]["module_id"][tb]
+                has = own >= 0
+                timing.tables[table]["module_id"][ta[has]] = lut[own[has]]
             totals[table][0] += int(ta.size)
             totals[table][1] += int(rows.size)
             if table == "kernels":

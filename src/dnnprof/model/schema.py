@@ -64,6 +64,8 @@ _GPU_WHERE = (
     ("launch_row", "int32", "row of the launching call in `runtime`, -1 if not in the trace"),
     ("op_row", "int32", "row of the innermost CPU op enclosing the launch in `ops`, -1 if none"),
     ("step", "int32", "iteration number, -1 outside every step"),
+    ("module_id", "int32", "nn.Module layer of work replayed from a CUDA graph, from the compile-time records "
+                           "(-1: the launching op's layer)"),
 )
 
 TABLES: dict[str, tuple[Column, ...]] = {
