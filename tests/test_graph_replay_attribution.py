@@ -111,3 +111,38 @@ def test_replays_of_an_uncompiled_graph_are_left_alone() -> None:
     info = apply_graph_replays(profile, doc)
     assert info["replays"] >= 24 and info["unmatched"] == info["items"] > 0
     assert (profile.tables["kernels"]["module_id"] == -1).all()
+
+
+def test_compiled_runs_are_not_told_to_compile(runs: dict) -> None:
+    """compile-not-used stays quiet on compile-default and reduce-overhead runs; without breaks or recompilations
+    compile-graph-breaks does too."""
+    from dnnprof.analysis.rules import findings_for
+    from dnnprof.analysis.summary import summarize
+
+    for profile, _ in runs.values():
+        ids = [f["id"] for f in findings_for(profile, summarize(profile))]
+        assert "compile-not-used" not in ids and "compile-graph-breaks" not in ids
+
+
+GRAPH_BREAK_RUN = DATA / "compiled_cpu_graph_break"
+
+
+def test_graph_break_finding_needs_a_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real CPU run with one forced graph break (torch._dynamo.graph_break()): the break is named from Dynamo's
+    counters and measured from the nested compiled regions; it costs < 1 % of the step here, so the finding is
+    quiet, and fires with its evidence once the threshold is below what it costs."""
+    from dnnprof.analysis.rules import compiled
+    from dnnprof.cli.sources import analysed
+
+    run = tmp_path / "run"
+    shutil.copytree(GRAPH_BREAK_RUN, run)
+    a, doc = analysed(run, 0)
+    assert "compile-graph-breaks" not in [f["id"] for f in doc["findings"]]
+    from dnnprof.analysis.rules.context import Context
+
+    monkeypatch.setattr(compiled, "GRAPH_BREAK_MIN_PCT", 0.0001)
+    f = compiled.compile_graph_breaks(Context(a, doc))
+    assert f is not None and f.evidence["graph_breaks"] == 1 and f.evidence["compiled_regions"] == 4
+    assert list(f.evidence["graph_break_reasons"]) == ["Call to `torch._dynamo.graph_break()`"]
+    assert 0 < f.evidence["pct_of_step"] < 1.0
+    assert f.top and f.top[0]["name"].startswith("Torch-Compiled Region")

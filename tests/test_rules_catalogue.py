@@ -13,6 +13,7 @@ import pytest
 from conftest import DEEPSPEECH, GPT2
 from dnnprof.analysis.rules import (
     REGISTRY,
+    compiled,
     distributed,
     findings_for,
     idle,
@@ -29,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = ("amp-not-used", "tensor-cores-unused", "fp64-used", "gpu-idle", "dataloader-bound", "host-sync",
              "pageable-memcpy", "launch-bound", "optimizer-not-fused", "low-occupancy", "small-grid",
              "memory-underused", "memory-near-limit", "unstable-steps", "no-steps", "cudnn-benchmark-off",
-             "compile-not-used", "communication-exposed", "rank-straggler", "rank-late-phase")
+             "compile-not-used", "communication-exposed", "rank-straggler", "rank-late-phase",
+             "compile-graph-breaks")
 SCHEMA = json.loads((ROOT / "src/dnnprof/render/schemas/summary-1.schema.json").read_text())
 
 
@@ -48,7 +50,7 @@ def test_docs_list_every_id_and_threshold_constant() -> None:
     text = (ROOT / "docs/findings.md").read_text()
     for rule_id in CATALOGUE:
         assert f"### `{rule_id}`" in text
-    for module in (precision, idle, sync, kernels, memory_steps, distributed):
+    for module in (precision, idle, sync, kernels, memory_steps, distributed, compiled):
         for name in re.findall(r"^([A-Z][A-Z0-9_]+) = ", inspect.getsource(module), re.M):
             if name in ("TOP_N", "TC_FAMILIES"):
                 continue

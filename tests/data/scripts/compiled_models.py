@@ -2,7 +2,7 @@
 causal attention, tied-free LM head) or a ResNet-style CNN (conv-bn-relu blocks with residuals).
 
 Usage: python compiled_models.py [--model gpt|cnn] [--train | --infer] [--mode default|reduce-overhead|eager]
-                                 [--steps N] [--device cpu|cuda] [--size tiny|small]
+                                 [--steps N] [--device cpu|cuda] [--size tiny|small] [--graph-break]
 
 Training steps are optimizer steps; inference steps are ``record_function("infer_step")`` ranges (profile with
 ``--step-marker infer_step``). What a correct profile shows: every generated kernel (``cpp_fused_*`` on the CPU,
@@ -54,9 +54,12 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
+        self.graph_break = False  # --graph-break: Dynamo splits the forward after the embeddings
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        if self.graph_break:
+            torch._dynamo.graph_break()
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln_f(x))
@@ -125,12 +128,14 @@ def main() -> int:
     p.add_argument("--mode", default="default", choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs",
                                                          "eager"])
     p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--graph-break", action="store_true", help="GPT: a graph break after the embeddings")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--size", default="small" if torch.cuda.is_available() else "tiny", choices=["tiny", "small"])
     args = p.parse_args()
     dev = torch.device(args.device)
     torch.manual_seed(0)
     model, data, loss_fn = build(args.model, args.size, dev)
+    model.graph_break = args.graph_break
     run = model if args.mode == "eager" else torch.compile(model, mode=None if args.mode == "default" else args.mode)
     if args.train:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)

@@ -16,7 +16,15 @@ from __future__ import annotations
 from typing import Any
 
 from dnnprof.analysis.checks import review_findings
-from dnnprof.analysis.rules import distributed, idle, kernels, memory_steps, precision, sync  # noqa: F401
+from dnnprof.analysis.rules import (  # noqa: F401
+    compiled,
+    distributed,
+    idle,
+    kernels,
+    memory_steps,
+    precision,
+    sync,
+)
 from dnnprof.analysis.rules.base import REGISTRY, Finding, rank_key, severity_for
 from dnnprof.analysis.rules.context import Context
 from dnnprof.analysis.summary import Analysis, analyse
