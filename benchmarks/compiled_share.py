@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dnnprof.analysis.attribution import PHASES, attribute
+from dnnprof.analysis.attribution import PHASES, attribute, inherit
 from dnnprof.model.profile import Profile
 
 
@@ -42,7 +42,14 @@ def share(run_dir: Path) -> dict[str, object]:
     top: dict[str, float] = {}
     for lab, t in zip(a.layer[module], self_ns[module], strict=True):
         top[lab] = top.get(lab, 0.0) + float(t)
+    region = np.char.startswith(names, "Torch-Compiled Region") | np.char.startswith(names, "## Call CompiledFxGraph")
+    inside = (inherit(np.where(region, np.arange(names.size), -1), ops["parent_row"]) >= 0) & ~region  # not the
+    # calls' own wrapper time
+    compiled_ns = float(self_ns[inside].sum()) or 1.0
     return {"run": run_dir.name, "module_share_pct": round(100 * float(self_ns[module].sum()) / total, 1),
+            # inside the compiled graphs only: what the compile-time records decide, free of eager ops around them
+            # (the inputs' randn, whose time the machine's load can stretch)
+            "compiled_module_share_pct": round(100 * float(self_ns[module & inside].sum()) / compiled_ns, 1),
             "phase_pct": {p: round(100 * float(self_ns[a.phase == i].sum()) / total, 1) for i, p in enumerate(PHASES)},
             "steps": int(profile.tables["steps"]["number"].size),
             "top_layers": sorted(((k, round(100 * v / total, 1)) for k, v in top.items()), key=lambda x: -x[1])[:5],

@@ -66,6 +66,8 @@ def test_compiled_cnn_inference_on_modules(tmp_path: Path) -> None:
     from compiled_share import share
 
     s = share(out)
-    assert s["module_share_pct"] >= 95.0, s
+    # Inside the compiled graphs everything is on a module; overall, eager ops around them (the inputs' randn, whose
+    # self time the machine's load can stretch) are op-level by right, so the overall share is checked loosely.
+    assert s["compiled_module_share_pct"] >= 95.0 and s["module_share_pct"] >= 50.0, s
     assert s["phase_pct"]["forward"] == 100.0
     assert s["compiled"]["ops_unmatched"] == 0 and s["compiled"]["ops_matched"] > 0
