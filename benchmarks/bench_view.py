@@ -61,14 +61,15 @@ def tiled(profile, n: int):
 
 def get(url: str) -> tuple[float, int]:
     t0 = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=60) as r:
+    with urllib.request.urlopen(url, timeout=1800) as r:
         body = r.read()
     return time.perf_counter() - t0, len(body)
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """The process's resident memory now (``VmRSS``) or at its highest so far (``VmHWM``), MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -127,12 +128,20 @@ def main() -> int:
             "memory / findings": ["/api/0/overview"],
         }
         times = {k: page(v) for k, v in views.items()}
+        rss_views = rss_mb(proc.pid)
+        t0 = time.perf_counter()
+        _, perfetto_bytes = get(url.rstrip("/") + "/api/0/perfetto")
+        perfetto_s = time.perf_counter() - t0
         doc = {"date": time.strftime("%Y-%m-%d"), "trace": a.trace.name, "trace_json_mb": round(raw_mb, 1),
                "repeat": a.repeat, "equivalent_trace_mb": round(raw_mb * a.repeat, 1), "kernels": kernels, "ops": ops,
                "build_profile_s": round(build_s, 1), "prepare_cache_s": round(prepare_s, 1),
                "server_listening_s": round(listening_s, 2), "first_page_s": round(first, 3),
                "view_switch_s": {k: round(v, 3) for k, v in times.items()},
-               "server_rss_mb": round(rss_mb(proc.pid), 1), "cpus": os.cpu_count()}
+               "server_rss_mb": round(rss_views, 1), "perfetto_export_s": round(perfetto_s, 1),
+               "perfetto_export_mb": round(perfetto_bytes / 2**20, 1),
+               "server_rss_after_perfetto_mb": round(rss_mb(proc.pid), 1),
+               "server_peak_rss_mb": round(rss_mb(proc.pid, "VmHWM"), 1), "cpus": os.cpu_count(),
+               "load_average": [round(x, 2) for x in os.getloadavg()]}
         print(json.dumps(doc, indent=1))
     finally:
         proc.terminate()

@@ -82,7 +82,8 @@ class Server:
         self.sock = bind("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}/"
-        app = create_app(open_inputs(paths, root=cache))
+        self.inputs = open_inputs(paths, root=cache)
+        app = create_app(self.inputs)
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()

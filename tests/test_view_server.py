@@ -74,3 +74,31 @@ def test_a_bad_input_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["view", str(bad), "--no-browser"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("dnnprof: error:") and "bad.json" in err[-1]
+
+
+def test_the_perfetto_export_is_written_by_a_child_process_and_streamed(server, monkeypatch) -> None:
+    """The server never loads a whole profile: with Profile.load failing in the server's process, the export still
+    comes (from a child process), as a gzipped trace of every rank, and a second request gets the same file."""
+    import gzip
+    import json
+    import urllib.request
+
+    from dnnprof.model.profile import Profile
+
+    def refuse(*a, **k):
+        raise AssertionError("the server process loaded a whole profile")
+
+    monkeypatch.setattr(Profile, "load", classmethod(refuse))
+    with urllib.request.urlopen(server.url + "api/1/perfetto", timeout=300) as r:
+        assert r.headers["Content-Type"] == "application/gzip"
+        assert "attachment" in r.headers["Content-Disposition"]
+        body = r.read()
+    doc = json.loads(gzip.decompress(body))
+    assert doc["otherData"]["ranks"] == [0, 1] and len(doc["traceEvents"]) > 1000
+    from dnnprof.serve.perfetto_export import EXPORT_FILE
+
+    (path,) = [inp.cache / EXPORT_FILE for inp in server.inputs[1:2]]
+    mtime = path.stat().st_mtime_ns
+    with urllib.request.urlopen(server.url + "api/1/perfetto", timeout=60) as r:
+        assert r.read() == body
+    assert path.stat().st_mtime_ns == mtime

@@ -8,11 +8,13 @@ scripts and styles from the app itself only, so a string in a trace can never ru
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from dnnprof.serve import data
 from dnnprof.serve.inputs import Input
 from dnnprof.serve.page import ASSETS, asset_bytes, page_html
+from dnnprof.serve.perfetto_export import ExportError
 
 CSP = ("default-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
        "form-action 'none'; img-src 'self' data:")
@@ -26,7 +28,7 @@ def create_app(inputs: list[Input], allowed_hosts: list[str] | None = None) -> A
     from starlette.middleware import Middleware
     from starlette.middleware.trustedhost import TrustedHostMiddleware
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, PlainTextResponse, Response
+    from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
     from starlette.routing import Route
 
     store = data.Store(inputs)
@@ -54,9 +56,10 @@ def create_app(inputs: list[Input], allowed_hosts: list[str] | None = None) -> A
             return not_found()
         except data.BadRequest as e:
             return JSONResponse({"error": str(e)}, status_code=400)
-        if isinstance(answer, bytes):  # the Perfetto export
-            return Response(answer, media_type="application/gzip", headers={
-                "Content-Disposition": 'attachment; filename="dnnprof-trace.json.gz"'})
+        except ExportError as e:
+            return JSONResponse({"error": str(e)}, status_code=500)
+        if isinstance(answer, Path):  # the Perfetto export: a file of the cache, streamed from disk
+            return FileResponse(answer, media_type="application/gzip", filename="dnnprof-trace.json.gz")
         return JSONResponse(answer, headers={"Cache-Control": "no-store"})
 
     async def headers(request: Request, call_next: Any) -> Response:

@@ -185,14 +185,9 @@ class Queries:
         return {"steps": [s["step"] for s in steps], "step": pick["step"], "start_ns": lo, "end_ns": hi,
                 "gpu": gpu, "host": host}
 
-    def perfetto(self) -> bytes:
-        """A Perfetto trace of the whole input (``render.perfetto``), gzipped."""
-        import gzip
+    def perfetto(self) -> Path:
+        """The Perfetto trace of the whole input (``render.perfetto``), gzipped: a file in the cache folder,
+        written once by a child process so the server never holds the whole profile."""
+        from dnnprof.serve.perfetto_export import export_path
 
-        from dnnprof.analysis.attribution import attribute
-        from dnnprof.model.profile import Profile
-        from dnnprof.render.perfetto import perfetto_trace
-
-        profile = Profile.load(self.tables)
-        doc = perfetto_trace(profile, attribution=attribute(profile))
-        return gzip.compress(json.dumps(doc).encode(), compresslevel=5)
+        return export_path(self.cache, self.tables)
