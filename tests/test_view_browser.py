@@ -20,6 +20,8 @@ playwright_api = pytest.importorskip("playwright.sync_api", reason="the browser 
 DATA = Path(__file__).parent / "data"
 RUN = DATA / "run_gpt2_infer_h100"
 DDP = DATA / "ddp_h100" / "straggler"
+DDP_FORWARD = DATA / "ddp_runs_h100" / "forward"  # rank 1 sleeps 30 ms in its forward
+MEMORY = DATA / "cpu_mlp_memory" / "trace.json.gz"  # profile_memory=True: 143 allocator events
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -53,6 +55,18 @@ def _hostile_trace(tmp: Path) -> Path:
             e["name"] = HOSTILE
             break
     out = tmp / "hostile.json.gz"
+    out.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return out
+
+
+def _hostile_memory_trace(tmp: Path) -> Path:
+    """The memory-profiled MLP's trace with its matmul ops renamed to a script tag (they make its largest
+    allocations, so the name reaches the Memory view)."""
+    doc = json.loads(gzip.open(MEMORY).read())
+    for e in doc["traceEvents"]:
+        if e.get("name") == "aten::mm":
+            e["name"] = HOSTILE
+    out = tmp / "memory-hostile.json.gz"
     out.write_bytes(gzip.compress(json.dumps(doc).encode()))
     return out
 
@@ -101,7 +115,7 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("view")
-    s = Server([RUN, DDP, _sweep(tmp), _hostile_trace(tmp)], tmp / "cache")
+    s = Server([RUN, DDP, _sweep(tmp), _hostile_trace(tmp), DDP_FORWARD, _hostile_memory_trace(tmp)], tmp / "cache")
     yield s
     s.stop()
 
@@ -199,6 +213,67 @@ def test_a_hostile_kernel_name_shows_literally(browser, server, shots) -> None:
         page.wait_for_function("id => document.body.dataset.view === id", arg=vid)
     assert not dialogs and not errors
     assert page.evaluate("document.querySelectorAll('main script').length") == 0
+    page.close()
+
+
+def test_ranks_view_shows_each_gpu_and_the_critical_path(browser, server, shots) -> None:
+    page, errors, _ = _open(browser, server.url)
+    page.wait_for_selector("#tabs button")
+    _pick(page, "forward")
+    page.click('#tabs button[data-id="ranks"]')
+    page.wait_for_selector("#cp-verdict")
+    verdict = page.text_content("#cp-verdict")
+    assert verdict.startswith("Rank 1 was the last to arrive in 3 of 3 steps, late in forward"), verdict
+    panels = page.eval_on_selector_all(".rank-panel", "ps => ps.map(p => [p.dataset.rank, p.classList.contains('late'),"
+                                       " p.querySelector('h2').textContent])")
+    assert [(r, late) for r, late, _ in panels] == [("0", False), ("1", True)]
+    assert all("H100" in title for _, _, title in panels)
+    steps = page.eval_on_selector_all("#cp-steps tbody tr", "rs => rs.map(r => [...r.children].map(c => c.textContent))")
+    assert [s[:3] for s in steps] == [["4", "1", "forward"], ["5", "1", "forward"], ["6", "1", "forward"]]
+    assert "overlapped" in page.text_content('.rank-panel[data-rank="0"] .rank-comm')
+    page.screenshot(path=str(shots / "ranks-forward.png"), full_page=True)
+    assert not errors
+    page.close()
+
+
+def test_memory_view_draws_the_allocator_timeline(browser, server, shots) -> None:
+    page, errors, dialogs = _open(browser, server.url)
+    page.wait_for_selector("#tabs button")
+    _pick(page, "memory-hostile.json.gz")
+    page.click('#tabs button[data-id="memory"]')
+    page.wait_for_selector(".memory-timeline canvas")
+    assert page.get_attribute(".memory-timeline", "data-device") == "cpu"
+    # uPlot drew the series: its legend names it and the canvas is not blank
+    assert "allocated" in page.text_content(".memory-timeline .u-legend")
+    drawn = page.evaluate("""() => { const c = document.querySelector('.memory-timeline canvas');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) n++; return n; }""")
+    assert drawn > 1000
+    ops = page.eval_on_selector_all("#largest-allocations tbody td:nth-child(4)", "ts => ts.map(t => t.textContent)")
+    assert HOSTILE in ops  # a trace's op name, shown literally
+    page.screenshot(path=str(shots / "memory-timeline.png"), full_page=True)
+    assert not errors and not dialogs
+    assert page.evaluate("document.querySelectorAll('main script').length") == 0
+    page.close()
+
+
+def test_diff_picker_changes_the_compared_pair(browser, server, shots) -> None:
+    page, errors, _ = _open(browser, server.url + "#diff")
+    page.wait_for_selector("#diff-pair")
+    assert page.text_content("#diff-pair") == "base = run_gpt2_infer_h100, new = straggler"
+    page.select_option("#diff-new", label="forward")
+    page.wait_for_function("() => document.body.dataset.diff !== '0-1'")
+    assert page.text_content("#diff-pair") == "base = run_gpt2_infer_h100, new = forward"
+    page.select_option("#diff-base", label="hostile.json.gz")
+    page.wait_for_function("() => document.getElementById('diff-pair').textContent.startsWith('base = hostile')")
+    assert page.text_content("#diff-pair") == "base = hostile.json.gz, new = forward"
+    page.screenshot(path=str(shots / "diff-picker.png"), full_page=True)
+    page.click('#tabs button[data-id="overview"]')  # the pair is kept across views
+    page.wait_for_function("() => document.body.dataset.view === 'overview'")
+    page.click('#tabs button[data-id="diff"]')
+    page.wait_for_function("() => document.body.dataset.view === 'diff'")
+    assert page.input_value("#diff-base") == "3" and page.input_value("#diff-new") == "4"
+    assert not errors
     page.close()
 
 

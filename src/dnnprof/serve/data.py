@@ -88,9 +88,12 @@ class Store:
         if name == "timeline":
             return q.timeline(_int(params, "step", None))
         if name == "ranks":
-            return {"ranks": q.summary.get("ranks"), "per_rank": q.ranks}
+            return {"ranks": q.summary.get("ranks"), "per_rank": q.ranks,
+                    "critical_path": q.summary.get("critical_path")}
         if name == "samples":
             return {"series": q.view.get("samples", {}), "summary": q.summary.get("samples")}
+        if name == "memory":
+            return q.memory_timeline()
         if name == "perfetto":
             return q.perfetto()
         raise NotFound(what)
@@ -121,6 +124,7 @@ def bundle(store: Store) -> dict[str, Any]:
         out[f"{i}/timeline"] = q.timeline(None)
         out[f"{i}/ranks"] = store.answer(f"{i}/ranks", {})
         out[f"{i}/samples"] = store.answer(f"{i}/samples", {})
+        out[f"{i}/memory"] = q.memory_timeline()
     if len(profiles) >= 2:
         out["diff"] = store.diff(profiles[0], profiles[1])
     return out

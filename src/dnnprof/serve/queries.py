@@ -22,6 +22,8 @@ PHASES = ("forward", "backward", "optimizer", "other")
 #: At most this many GPU and host events in one timeline answer (the longest are kept).
 TIMELINE_LIMIT = 20_000
 PAGE_LIMIT = 500
+#: At most this many points per device in the allocator timeline (the highest of each time bucket is kept).
+MEMORY_POINTS = 4000
 
 
 def _num(v: Any) -> Any:
@@ -57,7 +59,8 @@ class Queries:
             cur.close()
 
     def _pq(self, name: str) -> str:
-        folder = self.tables if name in ("kernels", "strings", "steps", "runtime", "ops", "memcpy", "memset") \
+        folder = self.tables if name in ("kernels", "strings", "steps", "runtime", "ops", "memcpy", "memset",
+                                 "memory_events") \
             else self.cache
         return "read_parquet('" + str(folder / f"{name}.parquet").replace("'", "''") + "')"
 
@@ -142,6 +145,49 @@ class Queries:
             h = by_name.get(g["op"], {})
             g["host_calls"], g["host_us"] = h.get("host_calls"), h.get("host_us")
         return {"rows": gpu}
+
+    # --- memory -----------------------------------------------------------------------------------------------
+    def memory_timeline(self, points: int = MEMORY_POINTS) -> dict[str, Any]:
+        """The caching allocator's totals over time per device (``memory_events``, recorded with
+        ``profile_memory``/``--full``): allocated and reserved bytes after each event, at most ``points`` per
+        device (each time bucket keeps its highest totals, so no peak is lost); times in ms from the rank's first
+        event, with the steps' start times on the same clock."""
+        if not (self.tables / "memory_events.parquet").is_file():
+            return {"devices": [], "events": 0, "steps": []}
+        src = self._pq("memory_events")
+        (t0, n), = [(r["t0"], r["n"]) for r in self._rows(
+            f"SELECT min(ts_ns) AS t0, count(*) AS n FROM {src} WHERE rank = ?", [self.rank])]
+        if not n:
+            return {"devices": [], "events": 0, "steps": []}
+        k = int(points)
+        rows = self._rows(f"""
+            WITH e AS (SELECT device_type, device, ts_ns, total_allocated_bytes, total_reserved_bytes,
+                              count(*) OVER (PARTITION BY device_type, device) AS n,
+                              min(ts_ns) OVER (PARTITION BY device_type, device) AS lo,
+                              max(ts_ns) OVER (PARTITION BY device_type, device) AS hi
+                       FROM {src} WHERE rank = ?),
+                 b AS (SELECT *, CASE WHEN n <= {k} THEN ts_ns
+                                      ELSE CAST(floor((ts_ns - lo) * {k - 1}.0 / greatest(hi - lo, 1)) AS BIGINT)
+                                 END AS bucket FROM e)
+            SELECT device_type, device, min(ts_ns) AS ts_ns, max(total_allocated_bytes) AS allocated_bytes,
+                   max(total_reserved_bytes) AS reserved_bytes
+            FROM b GROUP BY device_type, device, bucket ORDER BY device_type, device, ts_ns""", [self.rank])
+        from dnnprof.model.schema import DEVICE_TYPES
+
+        devices: dict[tuple[int, int], dict[str, Any]] = {}
+        for r in rows:
+            key = (int(r["device_type"]), int(r["device"]))
+            if key not in devices:
+                kind = DEVICE_TYPES[key[0]] if 0 <= key[0] < len(DEVICE_TYPES) else str(key[0])
+                devices[key] = {"device_type": kind, "device": key[1] if key[1] >= 0 else None,
+                                "label": kind + (f":{key[1]}" if key[1] >= 0 else ""),
+                                "t_ms": [], "allocated_bytes": [], "reserved_bytes": []}
+            d = devices[key]
+            d["t_ms"].append((r["ts_ns"] - t0) / 1e6)
+            d["allocated_bytes"].append(r["allocated_bytes"])
+            d["reserved_bytes"].append(r["reserved_bytes"])
+        steps = [{"step": s["step"], "t_ms": (s["start_ns"] - t0) / 1e6} for s in self.steps()]
+        return {"devices": list(devices.values()), "events": n, "steps": steps}
 
     # --- timeline ---------------------------------------------------------------------------------------------
     def steps(self) -> list[dict[str, Any]]:

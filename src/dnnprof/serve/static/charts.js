@@ -24,15 +24,18 @@
     return new uPlot(opts, [x, ...order.map((i) => cum[i])], el);
   };
 
-  // series: [{label, x:[...], y:[...]}]; all x joined on one axis.
-  DV.lines = function (el, series, xLabel, yLabel, fmtY) {
+  // series: [{label, x:[...], y:[...]}]; all x joined on one axis. more.points: false for dense series,
+  // more.stepped: a value holds until the next one (an allocator's totals).
+  DV.lines = function (el, series, xLabel, yLabel, fmtY, more) {
+    more = more || {};
+    const stepped = more.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined;
     const xs = Array.from(new Set(series.flatMap((s) => s.x))).sort((a, b) => a - b);
     const data = [xs, ...series.map((s) => { const m = new Map(s.x.map((x, i) => [x, s.y[i]])); return xs.map((x) => (m.has(x) ? m.get(x) : null)); })];
     const opts = {
       width: width(el), height: 240, scales: { x: { time: false } },
       axes: [{ label: xLabel }, { label: yLabel, size: 70, values: fmtY ? (u, vals) => vals.map(fmtY) : undefined }],
       series: [{ label: xLabel }, ...series.map((s, i) => ({ label: s.label, stroke: COLORS[i % COLORS.length], width: 2,
-        spanGaps: true, points: { show: true, size: 5 }, value: fmtY ? (u, v) => (v === null ? "–" : fmtY(v)) : undefined }))],
+        spanGaps: true, points: { show: more.points !== false, size: 5 }, paths: stepped, value: fmtY ? (u, v) => (v === null ? "–" : fmtY(v)) : undefined }))],
     };
     return new uPlot(opts, data, el);
   };

@@ -95,7 +95,7 @@ window.DV = (function () {
       const text = c.fmt ? c.fmt(v, r) : (v === null || v === undefined ? "" : String(v));
       return h("td", { class: c.cls || "", title: c.cls === "name" ? String(v ?? "") : null }, text);
     })));
-    return h("table", { class: "grid" }, h("thead", {}, head), h("tbody", {}, body));
+    return h("table", { class: "grid", id: opts.id || null }, h("thead", {}, head), h("tbody", {}, body));
   }
 
   function panel(title, ...kids) { return h("div", { class: "panel" }, title ? h("h2", { text: title }) : null, ...kids); }
