@@ -1,12 +1,14 @@
 """``dnnprof view`` in a real headless Chromium (Playwright): every view loads without a console error on a GPU run
 directory, a two-rank folder, a sweep and a diff; sorting and filtering change the rows; a hostile kernel name shows
-literally; the self-contained ``analyze --html`` page works offline. Screenshots go to a temporary folder (printed).
+literally; the self-contained ``analyze --html`` page works offline. Screenshots go to ``$DNNPROF_VIEW_SCREENSHOTS``
+or a temporary folder (printed).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import threading
 import time
@@ -33,7 +35,9 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
 
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("view-screenshots")
+    keep = os.environ.get("DNNPROF_VIEW_SCREENSHOTS")  # a folder that outlives the run (CI artifacts)
+    d = Path(keep) if keep else tmp_path_factory.mktemp("view-screenshots")
+    d.mkdir(parents=True, exist_ok=True)
     print(f"\nscreenshots: {d}")
     return d
 

@@ -102,3 +102,24 @@ def test_the_perfetto_export_is_written_by_a_child_process_and_streamed(server, 
     with urllib.request.urlopen(server.url + "api/1/perfetto", timeout=60) as r:
         assert r.read() == body
     assert path.stat().st_mtime_ns == mtime
+
+
+def test_the_allocator_timeline_keeps_every_peak_when_bucketed(tmp_path: Path) -> None:
+    """memory_events of a profile_memory trace: every event when few, else at most ``points`` per device with the
+    highest total of each time bucket, so the peak the summary names is on the chart either way."""
+    from dnnprof.serve.data import Store
+    from dnnprof.serve.inputs import open_inputs
+
+    store = Store(open_inputs([Path(__file__).parent / "data" / "cpu_mlp_memory" / "trace.json.gz"],
+                              root=tmp_path / "cache"))
+    q = store.queries(0)
+    peak = q.summary["memory_events"]["devices"][0]["peak_total_allocated_bytes"]
+    full = q.memory_timeline()
+    (dev,) = full["devices"]
+    assert full["events"] == 143 and len(dev["t_ms"]) == 143 and dev["label"] == "cpu" and dev["device"] is None
+    assert max(dev["allocated_bytes"]) == peak and dev["t_ms"] == sorted(dev["t_ms"]) and dev["t_ms"][0] == 0
+    (few,) = q.memory_timeline(points=20)["devices"]
+    assert 10 <= len(few["t_ms"]) <= 20 and max(few["allocated_bytes"]) == peak
+    assert [s["step"] for s in full["steps"]] == [2, 3, 4]
+    assert store.answer("0/memory", {}) == full
+    store.close()

@@ -6,16 +6,18 @@
   function width(el) { return Math.max(320, (el.clientWidth || 900) - 24); }
 
   // parts: [{label, values, color}] stacked bottom-up over x (numbers).
-  DV.stackedBars = function (el, x, parts, yLabel) {
+  DV.stackedBars = function (el, x, parts, yLabel, xLabel) {
     const cum = []; let run = x.map(() => 0);
     for (const p of parts) { run = run.map((v, i) => v + (p.values[i] || 0)); cum.push(run); }
     const order = parts.map((_, i) => i).reverse();  // the tallest stack first, each bar from 0
     const bars = uPlot.paths.bars({ size: [0.7, 60] });
     const opts = {
       width: width(el), height: 260, legend: { live: true },
-      scales: { x: { time: false } },
-      axes: [{ label: "step" }, { label: yLabel, size: 70 }],
-      series: [{ label: "step" }, ...order.map((i) => ({
+      // whole-number x (steps, ranks) with half a bar of room each side; time from 0, in µs/ms/s
+      scales: { x: { time: false, range: (u, lo, hi) => [lo - 0.5, hi + 0.5] }, y: { range: (u, lo, hi) => [0, hi * 1.05 || 1] } },
+      axes: [{ label: xLabel || "step", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000] },
+        { label: yLabel, size: 80, values: (u, vals) => vals.map(DV.us) }],
+      series: [{ label: xLabel || "step" }, ...order.map((i) => ({
         label: parts[i].label, fill: parts[i].color || COLORS[i], stroke: parts[i].color || COLORS[i],
         paths: bars, points: { show: false },
         value: (u, v, si, di) => (di === null || di === undefined ? "–" : DV.us(parts[i].values[di])),

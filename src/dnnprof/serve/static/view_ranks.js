@@ -58,7 +58,7 @@
       const el = h("div", { class: "chart" }); root.append(panel("Per rank: compute and NCCL per step", el));
       DV.stackedBars(el, rows.map((x) => x.rank), [{ label: "compute", values: rows.map((x) => x.compute_us_per_step) },
         { label: "NCCL exposed", values: rows.map((x) => x.exposed_nccl_us_per_step), color: "#e15759" },
-        { label: "NCCL overlapped", values: rows.map((x) => x.overlapped_nccl_us_per_step), color: "#f28e2b" }], "per step");
+        { label: "NCCL overlapped", values: rows.map((x) => x.overlapped_nccl_us_per_step), color: "#f28e2b" }], "per step", "rank");
     }
     if (!cp) return;
     root.append(panel("Per step: the rank the others waited for", DV.table([
