@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -163,18 +164,6 @@ def _within(iv: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> int:
     return int(np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum())
 
 
-def _layers(p: Profile, rank: int, lo: int, hi: int) -> dict[str, int]:
-    """Time per dnnprof module range (``dnnprof.module:…``) of the rank inside [lo, hi)."""
-    ops = p.tables["ops"]
-    rows = np.flatnonzero((ops["rank"] == rank) & (ops["start_ns"] < hi) & (ops["start_ns"] + ops["dur_ns"] > lo))
-    out: Counter[str] = Counter()
-    for r, n in zip(rows.tolist(), p.names(ops["name_id"][rows]), strict=False):
-        if str(n).startswith(MODULE_RANGE_PREFIX):
-            s, e = int(ops["start_ns"][r]), int(ops["start_ns"][r] + ops["dur_ns"][r])
-            out[str(n)[len(MODULE_RANGE_PREFIX):]] += max(0, min(e, hi) - max(s, lo))
-    return dict(out)
-
-
 def _compute(p: Profile, rank: int, host: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """What counts as the rank computing: its non-collective kernels on a GPU, else its host ops (not the
     collectives' threads)."""
@@ -198,39 +187,131 @@ def _label(label: str) -> str:
     return f"{fqn} ({cls})" if fqn and cls else (cls or fqn)
 
 
+def _layer_rows(p: Profile, rank: int) -> dict[str, list[Any]]:
+    """The rank's dnnprof module ranges (``dnnprof.module:…``) in row order: label, start_ns, end_ns."""
+    ops = p.tables["ops"]
+    rows = np.flatnonzero(ops["rank"] == rank)
+    names = p.names(ops["name_id"][rows])
+    pick = np.fromiter((str(n).startswith(MODULE_RANGE_PREFIX) for n in names), dtype=bool, count=rows.size)
+    rows = rows[pick]
+    s = ops["start_ns"][rows].astype(np.int64)
+    return {"label": [str(n)[len(MODULE_RANGE_PREFIX):] for n in names[pick]], "start_ns": s.tolist(),
+            "end_ns": (s + ops["dur_ns"][rows]).tolist()}
+
+
+def _layers(mods: dict[str, list[Any]], lo: int, hi: int) -> dict[str, int]:
+    """Time per module range of :func:`_layer_rows` inside [lo, hi)."""
+    out: Counter[str] = Counter()
+    for lab, s, e in zip(mods["label"], mods["start_ns"], mods["end_ns"], strict=True):
+        if s < hi and e > lo:
+            out[lab] += max(0, min(e, hi) - max(s, lo))
+    return dict(out)
+
+
+def spent_in(phases: dict[str, tuple[np.ndarray, np.ndarray]], lo: int, hi: int) -> dict[str, int]:
+    """Time of each phase inside [lo, hi); ``host`` is what no other phase covers."""
+    d = {name: _within(phases[name], lo, hi) for name in PHASES if name != "host"}
+    d["host"] = max(0, hi - lo - _within(phases["_any"], lo, hi))
+    return d
+
+
+def rank_phases(p: Profile, rank: int, feats: dict[str, np.ndarray] | None = None,
+                kernel_phase: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per phase, the merged intervals in which the rank was in it (GPU time on a GPU rank; see the module
+    docstring); ``_any`` is everything but ``host``, ``_host_any`` the host's phases' union."""
+    where = collective_spans(p, rank)[2]
+    on_gpu = bool((p.tables["kernels"]["rank"] == rank).any())
+    skip = set() if on_gpu else set(where.tolist())  # gloo's worker threads are no compute
+    host = _phase_intervals(p, rank, _op_features(p) if feats is None else feats, skip)
+    if not on_gpu:
+        return {**host, "_host_any": host["_any"]}
+    if kernel_phase is None:
+        from dnnprof.analysis.attribution import attribute
+
+        kernel_phase = attribute(p, "kernels").phase
+    return {**_gpu_phase_intervals(p, rank, host, kernel_phase), "_host_any": host["_any"]}
+
+
+def rank_part(p: Profile, rank: int, feats: dict[str, np.ndarray] | None = None,
+              kernel_phase: np.ndarray | None = None) -> dict[str, Any]:
+    """What the cross-rank reduce (:func:`reduce_parts`) needs of one rank, as JSON-ready data on ``p``'s clock.
+
+    ``collectives``: step, index in step, arrival and end of each collective instance; ``steps``: number and start;
+    ``comm_ns``/``overlapped_ns``: the collectives' union and the part of it the rank computed under; ``windows``:
+    the phase times (``spent``) of the windows the reduce will ask for when every rank saw the same collectives
+    (from the rank's previous synchronisation point to each arrival), so it need not come back to the trace;
+    ``modules``: the rank's module ranges, for the late layer. Its size grows with collectives, steps and module
+    calls, never with kernels or ops.
+    """
+    s, e, _ = collective_spans(p, rank)
+    on_gpu = bool((p.tables["kernels"]["rank"] == rank).any())
+    numbers, ss, se = _steps(p, rank, on_gpu)
+    idx = np.searchsorted(ss, s, side="right") - 1
+    ok = (idx >= 0) & (s < se[np.clip(idx, 0, None)]) if ss.size else np.zeros(s.size, dtype=bool)
+    step = np.where(ok, numbers[np.clip(idx, 0, None)] if ss.size else -1, -1)
+    index = np.zeros(step.size, dtype=np.int64)
+    seen: Counter[int] = Counter()
+    for i, st in enumerate(step.tolist()):
+        index[i] = seen[st]
+        seen[st] += 1
+    phases = rank_phases(p, rank, feats, kernel_phase)
+    ms, me = merge(s, e)
+    cs, ce = _compute(p, rank, phases["_host_any"])
+    comm = int((me - ms).sum())
+    over = int(covered_per_window(cs, ce, ms, me).sum()) if ms.size and cs.size else 0
+    starts = dict(zip(numbers.tolist(), ss.tolist(), strict=False))
+    windows = []
+    prev_end: int | None = None
+    for st in sorted(set(step.tolist()) - {-1}):
+        sel = step == st
+        lo = prev_end if prev_end is not None else starts.get(st)
+        for hi in s[sel].tolist():
+            w = (hi if lo is None else lo, hi)
+            windows.append([*w, spent_in(phases, *w)])
+        prev_end = int(e[sel].max())
+    return {"rank": int(rank), "shift_ns": 0,
+            "collectives": {"step": step.tolist(), "index": index.tolist(), "arrival_ns": s.tolist(),
+                            "end_ns": e.tolist()},
+            "steps": {"number": numbers.tolist(), "start_ns": ss.tolist()},
+            "comm_ns": comm, "overlapped_ns": over, "windows": windows, "modules": _layer_rows(p, rank)}
+
+
 def critical_path(p: Profile) -> dict[str, Any] | None:
     """The cross-rank analysis of a profile of several ranks (see the module docstring); None with fewer than two
     ranks or no collective seen on every rank."""
     ranks = p.ranks
     if len(ranks) < 2:
         return None
+    from dnnprof.analysis.attribution import attribute
+
     feats = _op_features(p)
-    kernel_phase: np.ndarray | None = None
+    on_gpu = p.tables["kernels"]["rank"].size > 0
+    kernel_phase = attribute(p, "kernels").phase if on_gpu else None
+    parts = {r: rank_part(p, r, feats, kernel_phase) for r in ranks}
+    return reduce_parts(parts, lambda r, ws: [spent_in(rank_phases(p, r, feats, kernel_phase), lo, hi)
+                                              for lo, hi in ws])
+
+
+SpentOf = Callable[[int, list[tuple[int, int]]], list[dict[str, int]]]
+
+
+def reduce_parts(parts: dict[int, dict[str, Any]], spent_of: SpentOf) -> dict[str, Any] | None:
+    """:func:`critical_path` from every rank's :func:`rank_part` (each with its ``shift_ns`` onto the common clock).
+
+    ``spent_of(rank, windows)``: the phase times of windows (on that rank's own clock) its part did not foresee —
+    only when the ranks did not all see the same collectives; it goes back to that one rank's profile.
+    """
+    ranks = sorted(parts)
+    if len(ranks) < 2:
+        return None
     per: dict[int, dict[str, Any]] = {}
     for r in ranks:
-        s, e, where = collective_spans(p, r)
-        on_gpu = bool((p.tables["kernels"]["rank"] == r).any())
-        numbers, ss, se = _steps(p, r, on_gpu)
-        idx = np.searchsorted(ss, s, side="right") - 1
-        ok = (idx >= 0) & (s < se[np.clip(idx, 0, None)]) if ss.size else np.zeros(s.size, dtype=bool)
-        step = np.where(ok, numbers[np.clip(idx, 0, None)] if ss.size else -1, -1)
-        keys: dict[tuple[int, int], int] = {}
-        seen: Counter[int] = Counter()
-        for i, st in enumerate(step.tolist()):
-            keys[(st, seen[st])] = i
-            seen[st] += 1
-        skip = set() if on_gpu else set(where.tolist())  # gloo's worker threads are no compute
-        host = _phase_intervals(p, r, feats, skip)
-        if on_gpu:
-            if kernel_phase is None:
-                from dnnprof.analysis.attribution import attribute
-
-                kernel_phase = attribute(p, "kernels").phase
-            phases = _gpu_phase_intervals(p, r, host, kernel_phase)
-        else:
-            phases = host
-        per[r] = {"s": s, "e": e, "keys": keys, "steps": dict(zip(numbers.tolist(), zip(ss.tolist(), se.tolist(), strict=False), strict=False)),
-                  "phases": phases, "host_any": host["_any"], "n_steps": int(numbers.size)}
+        c, sh = parts[r]["collectives"], int(parts[r]["shift_ns"])
+        keys = {(st, i): j for j, (st, i) in enumerate(zip(c["step"], c["index"], strict=True))}
+        per[r] = {"keys": keys, "s": [a + sh for a in c["arrival_ns"]], "e": [b + sh for b in c["end_ns"]],
+                  "steps": {n: st + sh for n, st in zip(parts[r]["steps"]["number"], parts[r]["steps"]["start_ns"],
+                                                         strict=True)},
+                  "windows": {(lo + sh, hi + sh): d for lo, hi, d in parts[r]["windows"]}}
     common = set.intersection(*(set(v["keys"]) for v in per.values()))
     common = {k for k in common if k[0] >= 0}
     if not common:
@@ -242,65 +323,79 @@ def critical_path(p: Profile) -> dict[str, Any] | None:
         last = max(arr, key=lambda r: arr[r])
         instances.append({"step": key[0], "index": key[1], "arrival_ns": arr, "end_ns": end, "last_rank": last,
                           "wait_ns": {r: arr[last] - arr[r] for r in ranks}})
-    steps_out = []
-    prev_end: dict[int, int] = {}
     by_step: dict[int, list[dict[str, Any]]] = {}
     for inst in instances:
         by_step.setdefault(inst["step"], []).append(inst)
+    worst_of: dict[int, dict[str, Any]] = {}
+    windows: dict[int, dict[int, tuple[int, int]]] = {}
+    prev_end: dict[int, int] = {}
     for step in sorted(by_step):
         group = by_step[step]
-        worst = max(group, key=lambda x: max(x["wait_ns"].values()))
-        late = worst["last_rank"]
-        spent: dict[int, dict[str, int]] = {}
-        windows: dict[int, tuple[int, int]] = {}
+        worst = worst_of[step] = max(group, key=lambda x: max(x["wait_ns"].values()))
+        windows[step] = {}
         for r in ranks:
-            lo = prev_end.get(r, per[r]["steps"].get(step, (worst["arrival_ns"][r], 0))[0])
-            hi = worst["arrival_ns"][r]
-            windows[r] = (lo, hi)
-            ph = per[r]["phases"]
-            d = {name: _within(ph[name], lo, hi) for name in PHASES if name != "host"}
-            d["host"] = max(0, hi - lo - _within(ph["_any"], lo, hi))
-            spent[r] = d
+            lo = prev_end.get(r, per[r]["steps"].get(step, worst["arrival_ns"][r]))
+            windows[step][r] = (lo, worst["arrival_ns"][r])
+        for r in ranks:
+            prev_end[r] = max(i["end_ns"][r] for i in group)
+    spent: dict[tuple[int, int], dict[str, int]] = {}
+    for r in ranks:
+        missing = sorted({w[r] for w in windows.values()} - set(per[r]["windows"]))
+        if missing:
+            sh = int(parts[r]["shift_ns"])
+            got = spent_of(r, [(lo - sh, hi - sh) for lo, hi in missing])
+            per[r]["windows"].update(dict(zip(missing, got, strict=True)))
+        for step, w in windows.items():
+            spent[(step, r)] = per[r]["windows"][w[r]]
+    steps_out = []
+    for step in sorted(by_step):
+        worst = worst_of[step]
+        late = worst["last_rank"]
         others = [r for r in ranks if r != late]
-        excess = {name: spent[late][name] - float(np.median([spent[o][name] for o in others])) for name in PHASES}
+        excess = {name: spent[(step, late)][name] - float(np.median([spent[(step, o)][name] for o in others]))
+                  for name in PHASES}
         phase = max(excess, key=lambda k: excess[k])
         wait_us = max(worst["wait_ns"].values()) / 1000.0
         layer = None
         if phase == "forward":  # module ranges are forward ranges: a backward delay has no layer from them
-            mine = _layers(p, late, *windows[late])
-            theirs = [_layers(p, o, *windows[o]) for o in others]
+            mine = _layers(_shifted(parts[late]), *windows[step][late])
+            theirs = [_layers(_shifted(parts[o]), *windows[step][o]) for o in others]
             ex = {lab: v - float(np.median([t.get(lab, 0) for t in theirs])) for lab, v in mine.items()}
             if ex and max(ex.values()) > 0:
                 top = max(ex.values())
                 layer = _label(max((lab for lab, v in ex.items() if v >= 0.9 * top), key=_depth))
-        steps_out.append({"step": step, "rank": late if wait_us >= MIN_WAIT_US else None, "phase": phase
-                          if wait_us >= MIN_WAIT_US else None, "layer": layer if wait_us >= MIN_WAIT_US else None,
-                          "wait_us": _r(wait_us), "phase_excess_us": {k: _r(v / 1000) for k, v in excess.items()},
-                          "phase_us": {str(r): {k: _r(v / 1000) for k, v in spent[r].items()} for r in ranks}})
-        for r in ranks:
-            prev_end[r] = max(i["end_ns"][r] for i in group)
+        named = wait_us >= MIN_WAIT_US
+        steps_out.append({"step": step, "rank": late if named else None, "phase": phase if named else None,
+                          "layer": layer if named else None, "wait_us": _r(wait_us),
+                          "phase_excess_us": {k: _r(v / 1000) for k, v in excess.items()},
+                          "phase_us": {str(r): {k: _r(v / 1000) for k, v in spent[(step, r)].items()}
+                                       for r in ranks}})
     rows = []
+    n = max(len(by_step), 1)
     for r in ranks:
-        s, e = merge(per[r]["s"], per[r]["e"])
-        cs, ce = _compute(p, r, per[r]["host_any"])
-        comm = int((e - s).sum())
-        over = int(covered_per_window(cs, ce, s, e).sum()) if s.size and cs.size else 0
-        n = max(len(by_step), 1)
+        comm, over = parts[r]["comm_ns"], parts[r]["overlapped_ns"]
         rows.append({"rank": r, "collectives": len(per[r]["keys"]),
                      "wait_us_per_step": _r(sum(i["wait_ns"][r] for i in instances) / 1000 / n),
                      "comm_us_per_step": _r(comm / 1000 / n), "overlapped_comm_us_per_step": _r(over / 1000 / n),
                      "exposed_comm_us_per_step": _r((comm - over) / 1000 / n),
                      "last_arrivals": sum(1 for i in instances if i["last_rank"] == r and max(i["wait_ns"].values())
                                           >= MIN_WAIT_US * 1000)})
-    named = Counter((x["rank"], x["phase"]) for x in steps_out if x["rank"] is not None)
+    named_steps = Counter((x["rank"], x["phase"]) for x in steps_out if x["rank"] is not None)
     verdict = None
-    if named:
-        (rank, phase), count = named.most_common(1)[0]
-        mine = [x for x in steps_out if x["rank"] == rank and x["phase"] == phase]
-        layers = Counter(x["layer"] for x in mine if x["layer"])
+    if named_steps:
+        (rank, phase), count = named_steps.most_common(1)[0]
+        mine_steps = [x for x in steps_out if x["rank"] == rank and x["phase"] == phase]
+        layers = Counter(x["layer"] for x in mine_steps if x["layer"])
         verdict = {"rank": rank, "phase": phase, "layer": layers.most_common(1)[0][0] if layers else None,
                    "steps": count, "of_steps": len(steps_out),
-                   "wait_us_per_step": _r(float(np.median([x["wait_us"] for x in mine]))),
-                   "excess_us_per_step": _r(float(np.median([x["phase_excess_us"][phase] for x in mine])))}
+                   "wait_us_per_step": _r(float(np.median([x["wait_us"] for x in mine_steps]))),
+                   "excess_us_per_step": _r(float(np.median([x["phase_excess_us"][phase] for x in mine_steps])))}
     return {"matched_by": "step_and_order", "instances": len(instances), "per_rank": rows, "steps": steps_out,
             "verdict": verdict}
+
+
+def _shifted(part: dict[str, Any]) -> dict[str, list[Any]]:
+    """A part's module ranges on the common clock."""
+    sh = int(part["shift_ns"])
+    m = part["modules"]
+    return {"label": m["label"], "start_ns": [s + sh for s in m["start_ns"]], "end_ns": [e + sh for e in m["end_ns"]]}

@@ -84,7 +84,13 @@ def rank_overview(profile: Profile) -> dict[str, Any] | None:
     ranks = profile.ranks
     if len(ranks) < 2:
         return None
-    rows = [rank_row(profile, r) for r in ranks]
+    return overview_of_rows([rank_row(profile, r) for r in ranks])
+
+
+def overview_of_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`rank_overview` from every rank's :func:`rank_row` (in rank order), however they were computed: the
+    reduce of an analysis spread over processes reads these rows only."""
+    ranks = [r["rank"] for r in rows]
     timed = [r for r in rows if r["step_median_us"] is not None]
     out: dict[str, Any] = {"count": len(ranks), "per_rank": rows, "slowest_rank": None, "fastest_rank": None,
                            "step_median_spread_pct": None, "straggler_rank": None}

@@ -78,7 +78,10 @@ def summarize(profile: Profile, rank: int = 0) -> dict[str, Any]:
     return summary_of(analyse(profile, rank))
 
 
-def summary_of(a: Analysis) -> dict[str, Any]:
+def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The summary document of an analysis. ``across_ranks``: its ``ranks`` and ``critical_path`` computed
+    elsewhere (``analysis.ranks.overview_of_rows``, ``analysis.critical_path.reduce_parts`` over every rank of a
+    folder) when ``a`` holds one rank of several; None computes them from ``a.profile``."""
     p, u, rank = a.profile, a.utilization, a.rank
     dev = p.device(u.device, rank) or (p.devices[0] if p.devices else None)
     steps = p.tables["steps"]
@@ -158,10 +161,10 @@ def summary_of(a: Analysis) -> dict[str, Any]:
     memory = _memory_events_json(p, rank)
     if memory is not None:
         doc["memory_events"] = memory
-    ranks = rank_overview(p)
+    ranks = rank_overview(p) if across_ranks is None else across_ranks.get("ranks")
     if ranks is not None:
         doc["ranks"] = ranks
-        path = critical_path(p)
+        path = critical_path(p) if across_ranks is None else across_ranks.get("critical_path")
         if path is not None:
             doc["critical_path"] = path
     doc["checks"] = [c.to_dict() for c in profile_checks(a, doc)]
