@@ -233,3 +233,17 @@ def test_busy_time_spent_in_collectives_alone_is_shown_apart(tmp_path: Path) -> 
     buf = StringIO()
     render(doc, console=Console(file=buf, width=200, force_terminal=False))
     assert "collectives alone (transfer, or waiting for other ranks): 91.62 ms, 73.7% of the window" in buf.getvalue()
+
+
+def test_another_ranks_pageable_copy_is_not_this_ranks_sync() -> None:
+    from dnnprof.analysis.utilization import utilization
+    from dnnprof.ingest.kineto import read_kineto
+    from dnnprof.ingest.ranks import merge_ranks
+
+    folder = Path(__file__).resolve().parents[2] / "shared" / "foreign" / "hta__trace_filter_2ranks"
+    if not folder.is_dir():
+        pytest.skip(f"{folder}: the shared folder of foreign traces is not here")
+    files = sorted(folder.iterdir())
+    alone = utilization(read_kineto(files[0]), rank=0).idle_by_cause_ns()
+    merged = utilization(merge_ranks([read_kineto(f) for f in files]), rank=0).idle_by_cause_ns()
+    assert merged == alone

@@ -209,7 +209,8 @@ def _sync_calls(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:
         blocking = ~np.char.endswith(names, "Async")
         sel = np.union1d(sel, mc[blocking])
         memcpy = profile.tables["memcpy"]
-        pageable = memcpy["launch_row"][(memcpy["src_mem"] == 2) | (memcpy["dst_mem"] == 2)]
+        # this rank's copies only: in a profile of several ranks, another rank's copy does not block this one
+        pageable = memcpy["launch_row"][(memcpy["rank"] == rank) & ((memcpy["src_mem"] == 2) | (memcpy["dst_mem"] == 2))]
         sel = np.union1d(sel, pageable[pageable >= 0])
     s = rt["start_ns"][sel]
     return s, s + rt["dur_ns"][sel]
