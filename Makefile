@@ -16,7 +16,7 @@ $(BIN)/dnnprof: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[dev,nvml,ci,view,browser-tests,bench]"
+	$(BIN)/pip install -q -e ".[dev,nvml,ci,view,browser-tests,bench,scale]"
 	touch $@
 
 demo: $(BIN)/dnnprof

@@ -89,7 +89,8 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
             source=str(_dominant(attribution.source[rows], d)) if attribution.source is not None and rows.size else "",
             **_occupancy_fields(occupancy, rows, d, best),
         ))
-    out.sort(key=lambda r: -r.total_ns)
+    # ties by name: the same order however the profile numbered its strings (one rank alone, or merged after others)
+    out.sort(key=lambda r: (-r.total_ns, r.name))
     return out
 
 

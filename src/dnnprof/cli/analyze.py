@@ -33,6 +33,15 @@ def analyze(
                                                                   "tracks."),
     rank: int | None = opt.rank(),
     quiet: bool = opt.quiet(),
+    workers: int | None = typer.Option(None, "--workers", show_default=False,
+                                       help="For a folder of per-rank traces: read the ranks in this many worker "
+                                            "processes (each rank read once to Parquet, cached under "
+                                            "$XDG_CACHE_HOME/dnnprof/ranks) [default: one per core, at most one "
+                                            "per rank; 1: one after another in this process]."),
+    dask: str | None = typer.Option(None, "--dask", show_default=False,
+                                    help="For a folder of per-rank traces: read the ranks on a Dask cluster, "
+                                         "tcp://HOST:8786 (its scheduler), or local:N (a local cluster of N "
+                                         "processes). Needs dnnprof[scale]; see docs/scale.md."),
     force: bool = typer.Option(False, "--force", help="--save may also replace a profile of another dnnprof "
                                                       "version. Never a file or a folder holding anything dnnprof "
                                                       "did not write."),
@@ -69,8 +78,15 @@ def analyze(
 
         report_nvprof_summary(trace, json_out, top, quiet)
         return
-    with reading_progress(quiet):
-        analysis, doc = analysed(trace, rank, kind)
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers {workers}: give at least 1 (1 reads the ranks one after another in this process)")
+    folder = _rank_files(trace) if kind == "kineto-dir" else []
+    if len(folder) >= 2:
+        analysis, doc = _analysed_folder(trace, folder, rank, workers, dask,
+                                         every_rank=save is not None or perfetto is not None or html is not None)
+    else:
+        with reading_progress(quiet):
+            analysis, doc = analysed(trace, rank, kind)
     try:
         if save is not None:
             analysis.profile.save(save, force=force)
@@ -113,6 +129,27 @@ def check_outputs(source: Path, *, json_out: Path | None = None, html: Path | No
             check_output_file(path, option=option, inputs=[source])
     if save is not None:
         check_save_target(save, force=force)
+
+
+def _rank_files(folder: Path) -> list[Path]:
+    from dnnprof.ingest.detect import trace_files
+
+    return trace_files(folder)
+
+
+def _analysed_folder(folder: Path, files: list[Path], rank: int | None, workers: int | None, dask: str | None,
+                     every_rank: bool) -> tuple[object, dict[str, object]]:
+    """A folder of per-rank traces mapped over workers and reduced (``runs.rank_folder``); errors as one line."""
+    from dnnprof.ingest.errors import TraceError
+    from dnnprof.model.outputs import OutputError
+    from dnnprof.runs.rank_folder import ScaleError, report_folder
+    from dnnprof.runs.report import ReportError
+
+    try:
+        analysis, doc, _ = report_folder(folder, files, rank, workers=workers, dask=dask, every_rank=every_rank)
+    except (ScaleError, TraceError, ReportError, OutputError) as e:
+        raise UserError(str(e)) from None
+    return analysis, doc
 
 
 def _analyze_ncu(path: Path, json_out: Path | None, top: int, quiet: bool, html: Path | None) -> None:

@@ -9,6 +9,7 @@ computed last since rules read those extras.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,11 @@ def default_rank(ranks: list[int]) -> int:
     return int(ranks[0]) if len(ranks) == 1 else 0
 
 
-def summary_document(analysis: Analysis, extras: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The summary without its findings: the analysis, and a run's extras on top."""
-    doc = summary_of(analysis)
+def summary_document(analysis: Analysis, extras: dict[str, Any] | None = None,
+                     across_ranks: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The summary without its findings: the analysis, and a run's extras on top. ``across_ranks``: see
+    :func:`dnnprof.analysis.summary.summary_of`."""
+    doc = summary_of(analysis, across_ranks)
     doc.update(extras or {})
     return doc
 
@@ -40,14 +43,17 @@ def with_findings(analysis: Analysis, doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def report(profile: Profile, rank: int | None = None,
-           extras: dict[str, Any] | None = None) -> tuple[Analysis, dict[str, Any]]:
-    """The analysis of one rank of ``profile`` and its complete summary document."""
+def report(profile: Profile, rank: int | None = None, extras: dict[str, Any] | None = None,
+           across_ranks: Callable[[Analysis], dict[str, Any]] | None = None) -> tuple[Analysis, dict[str, Any]]:
+    """The analysis of one rank of ``profile`` and its complete summary document. ``across_ranks``: when
+    ``profile`` holds one rank of several, what the summary says across them (``ranks``, ``critical_path``) from
+    that rank's analysis and what the other ranks' workers returned (``runs.rank_folder``)."""
     rank = default_rank(profile.ranks) if rank is None else rank
     if rank not in profile.ranks:
         raise ReportError(f"no rank {rank} (ranks in the trace: {profile.ranks})")
     analysis = analyse(profile, rank=rank)
-    return analysis, with_findings(analysis, summary_document(analysis, extras))
+    across = None if across_ranks is None else across_ranks(analysis)
+    return analysis, with_findings(analysis, summary_document(analysis, extras, across))
 
 
 def run_extras(path: Path, rank: int | None = None, kind: str | None = None) -> dict[str, Any] | None:
