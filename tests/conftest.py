@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +73,17 @@ def variant(tmp_path: Path) -> Callable[..., Path]:
         return out
 
     return make
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _rank_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Folders of ranks are cached under $XDG_CACHE_HOME (runs/rank_map.py): never the user's cache in tests."""
+    import os
+
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
