@@ -77,13 +77,14 @@ def variant(tmp_path: Path) -> Callable[..., Path]:
 
 @pytest.fixture(autouse=True, scope="session")
 def _rank_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Folders of ranks are cached under $XDG_CACHE_HOME (runs/rank_map.py): never the user's cache in tests."""
+    """Folders of ranks are cached under $DNNPROF_CACHE_DIR or $XDG_CACHE_HOME (runs/rank_map.py): never the user's cache in tests."""
     import os
 
-    old = os.environ.get("XDG_CACHE_HOME")
+    old = {k: os.environ.pop(k, None) for k in ("XDG_CACHE_HOME", "DNNPROF_CACHE_DIR")}
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
     yield
-    if old is None:
-        os.environ.pop("XDG_CACHE_HOME", None)
-    else:
-        os.environ["XDG_CACHE_HOME"] = old
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -30,7 +30,10 @@ PROFILE_DIR, PART_FILE = "profile", "part.json"
 
 
 def cache_root() -> Path:
-    """``$XDG_CACHE_HOME/dnnprof/ranks`` (``~/.cache/dnnprof/ranks`` when the variable is unset or empty)."""
+    """``$DNNPROF_CACHE_DIR/ranks`` (as ``dnnprof device``'s cache), else ``$XDG_CACHE_HOME/dnnprof/ranks``
+    (``~/.cache/dnnprof/ranks`` when both are unset or empty)."""
+    if os.environ.get("DNNPROF_CACHE_DIR"):
+        return Path(os.environ["DNNPROF_CACHE_DIR"]) / "ranks"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "dnnprof" / "ranks"
 
