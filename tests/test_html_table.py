@@ -31,7 +31,7 @@ def test_a_heading_is_escaped_too() -> None:
     assert "<th>&lt;i&gt;</th>" in table(["<i>"], [])
 
 
-def test_hostile_names_in_a_trace_come_out_escaped_in_the_html_report(tmp_path: Path) -> None:
+def test_hostile_names_in_a_trace_come_out_escaped_in_the_printable_report(tmp_path: Path) -> None:
     trace = json.loads(gzip.open(GPT2).read())
     for e in trace["traceEvents"]:
         if e.get("cat") == "kernel":
@@ -42,7 +42,7 @@ def test_hostile_names_in_a_trace_come_out_escaped_in_the_html_report(tmp_path: 
     src.write_text(json.dumps(trace))
     out = tmp_path / "r.html"
     env = dict(os.environ, COLUMNS="160", NO_COLOR="1")
-    r = subprocess.run([sys.executable, "-m", "dnnprof", "analyze", str(src), "--html", str(out)],
+    r = subprocess.run([sys.executable, "-m", "dnnprof", "analyze", str(src), "--html-report", str(out)],
                        capture_output=True, text=True, env=env, timeout=180)
     assert r.returncode == 0, r.stderr
     html = out.read_text()
