@@ -88,3 +88,18 @@ def _rank_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored() -> Iterator[None]:
+    """Each test leaves the process's signal handlers as it found them: a collector finalized in this process
+    ignores SIGINT while it flushes, and an ignored SIGINT is inherited by every subprocess a later test starts
+    (a monitor or a script that then never sees Ctrl-C)."""
+    import signal
+
+    names = ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
+    saved = {n: signal.getsignal(getattr(signal, n)) for n in names}
+    yield
+    for n, h in saved.items():
+        if signal.getsignal(getattr(signal, n)) is not h and h is not None:
+            signal.signal(getattr(signal, n), h)

@@ -119,6 +119,19 @@ def test_invalid_utf8_is_replaced_and_said(tmp_path: Path) -> None:
 @pytest.mark.parametrize("opener", ["[", '{"a":'])
 def test_nesting_too_deep_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], depth: int,
                                              opener: str) -> None:
+    # The depth at which decoding gives up follows Python's recursion limit: Dynamo raises it when torch.compile
+    # ran in this process (other tests do), so the test runs at the interpreter's default.
+    import sys
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        _too_deep(tmp_path, capsys, depth, opener)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _too_deep(tmp_path: Path, capsys: pytest.CaptureFixture[str], depth: int, opener: str) -> None:
     raw = gzip.decompress(CPU_MLP.read_bytes())
     closer = "]" if opener == "[" else "}"
     deep = (opener * depth + "1" + closer * depth).encode()
