@@ -253,12 +253,17 @@ def test_real_sigint_ends_cleanly(tmp_path: Path, with_command: bool) -> None:
     cmd = [sys.executable, "-c", script, str(rec)]
     if with_command:
         cmd += ["sleep", "30"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert p.stderr is not None
-    assert p.stderr.readline().strip() == "reading"
-    time.sleep(0.5)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=30)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert p.stderr is not None
+        assert p.stderr.readline().strip() == "reading"
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:  # a monitor that did not stop must not outlive the test (its command neither)
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
     assert p.returncode == (128 + signal.SIGINT if with_command else 0), err
     assert "Traceback" not in err
     assert "GPU-Util said" in out
