@@ -15,8 +15,6 @@ before ``aten::t`` ended, on its own).
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 #: How far a child may outlive the op it starts in and still be its child (timestamp rounding, clock jitter).
@@ -28,35 +26,69 @@ def nest(t: dict[str, np.ndarray]) -> None:
 
     The result is that of a stack walked per thread in row order: pop every op on top that ended at or before
     the next op's start, the top left is its parent, the stack's size its depth. An op whose child outlives it
-    (clock jitter) stays open until the child closes. Computed with arrays: see :func:`_pop_steps`.
+    (clock jitter) stays open until the child closes. Computed with arrays for every thread at once (rows grouped
+    by thread, times replaced by thread-keyed ranks so one sorted array serves all threads): the cost does not
+    depend on how the ops spread over threads. See :func:`_pop_steps`.
     """
     n = t["start_ns"].size
+    if n == 0:
+        return
     order = np.argsort(t["tid"], kind="stable")  # rows grouped by thread, in row order within a thread
-    breaks = [0, *(np.flatnonzero(np.diff(t["tid"][order])) + 1).tolist(), n]
+    tids = t["tid"][order]
+    first = np.concatenate(([True], tids[1:] != tids[:-1]))
+    thread = np.cumsum(first) - 1  # thread number of every position
+    bounds = np.append(np.flatnonzero(first), n)
     starts = t["start_ns"][order]
     ends = starts + t["dur_ns"][order]
-    parent = np.full(n, -1, dtype=np.int64)
-    depth = np.zeros(n, dtype=np.int64)
-    for a, b in itertools.pairwise(breaks):
-        parent[a:b], depth[a:b] = _uncross(*_nest_thread(starts[a:b], ends[a:b]), ends[a:b])
-    parent = np.where(parent >= 0, order[np.maximum(parent + np.repeat(breaks[:-1], np.diff(breaks)), 0)], -1)
-    t["parent_row"][order] = parent
+    parent, depth = _nest_threads(starts, ends, thread, int(np.diff(bounds).max()))
+    parent, depth = _uncross(parent, depth, ends)
+    t["parent_row"][order] = np.where(parent >= 0, order[np.maximum(parent, 0)], -1)
     t["depth"][order] = depth
 
 
 def _uncross(parent: np.ndarray, depth: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Re-parent every op that outlives its parent by more than the tolerance onto the nearest ancestor that holds
-    its end (-1 when none); depths follow. Parents come before children, so ancestors are settled first."""
+    its end (-1 when none); depths follow.
+
+    The nearest ancestor on the original chain: climbing through an ancestor already re-parented skips only ops
+    that ended even earlier, which the climber outlives too.
+    """
     crossing = np.flatnonzero((parent >= 0) & (e > e[np.maximum(parent, 0)] + CROSSING_TOLERANCE_NS))
     if crossing.size == 0:
         return parent, depth
+    holder = parent[crossing]
+    live = np.arange(crossing.size)
+    for _ in range(_CLIMB_ROUNDS):  # a handful of step markers, or ops with clocks out of step: one or two rounds
+        h = holder[live]
+        live = live[(h >= 0) & (e[crossing[live]] > e[np.maximum(h, 0)] + CROSSING_TOLERANCE_NS)]
+        if live.size == 0:
+            break
+        holder[live] = parent[holder[live]]
+    else:  # ranges that each outlive a long chain of ancestors: jump up the chain instead of stepping
+        holder[live] = _first_up(parent, e + CROSSING_TOLERANCE_NS, holder[live], e[crossing[live]])
     parent = parent.copy()
-    for k in crossing.tolist():  # few: a handful of step markers, or ops with clocks out of step
-        p = int(parent[k])
-        while p >= 0 and e[k] > e[p] + CROSSING_TOLERANCE_NS:
-            p = int(parent[p])
-        parent[k] = p
+    parent[crossing] = holder
     return parent, _depths(parent)
+
+
+#: Steps up the ancestors before :func:`_uncross` switches to :func:`_first_up`.
+_CLIMB_ROUNDS = 16
+
+
+def _first_up(parent: np.ndarray, value: np.ndarray, start: np.ndarray, least: np.ndarray) -> np.ndarray:
+    """For each start node, the first node on its chain of ancestors (itself included) whose value is at least
+    ``least`` (-1 when none), by binary lifting: O(n log depth)."""
+    n = parent.size
+    up = [np.append(np.where(parent >= 0, parent, n), n)]  # up[l][v]: the 2**l-th ancestor (n: above the root)
+    top = [np.append(value, np.iinfo(np.int64).min)]  # top[l][v]: max value over v and its next 2**l - 1 ancestors
+    while len(up) < 64 and not (up[-1][:n] == n).all():
+        up.append(up[-1][up[-1]])
+        top.append(np.maximum(top[-1], top[-1][up[-2]]))
+    v = np.where(start >= 0, start, n)
+    for level in range(len(up) - 1, -1, -1):  # jump over every block that holds no value high enough
+        low = top[level][v] < least
+        v = np.where(low, up[level][v], v)
+    return np.where(v < n, v, -1)
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:
@@ -72,64 +104,86 @@ def _depths(parent: np.ndarray) -> np.ndarray:
         up[live] = up[nxt]
 
 
-def _nest_thread(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(parent, depth) of one thread's ops in order, as local indexes (-1: no parent)."""
+def _nest_threads(s: np.ndarray, e: np.ndarray, thread: np.ndarray, longest: int) -> tuple[np.ndarray, np.ndarray]:
+    """(parent, depth) of ops grouped by thread (``thread`` ascending), positions as indexes (-1: no parent)."""
     m = s.size
-    pops = _pop_steps(s, e, _POP_ROUNDS)
-    if pops is None:
-        return _walk_thread(s.tolist(), e.tolist())
+    # Times as ranks keyed by thread: key order within a thread is time order, and every key of a thread lies
+    # below every key of the next, so one searchsorted answers "first op of this thread starting at or after".
+    ranks = distinct(np.concatenate((s, e)))
+    width = ranks.size + 1
+    rank_dtype = np.int32 if width < 2**31 else np.int64
+    rs = np.searchsorted(ranks, s).astype(rank_dtype)
+    re = np.searchsorted(ranks, e).astype(rank_dtype)
+    base = thread.astype(np.int64) * width
+    pops, stuck = _pop_steps(base + rs, base, re, longest, _POP_ROUNDS)
     idx = np.arange(m)
-    # On the stack at step k: every j < k not yet popped (pops[j] > k).
+    # On the stack at step k: every j < k of its thread not yet popped (pops[j] > k); ops of earlier threads are all
+    # popped by k (pops never pass the thread's end), so counting over all threads gives the same depth.
     depth = idx - np.searchsorted(np.sort(pops), idx, side="right")
     # The parent is the last earlier op one level up: everything pushed after it, while it was open, is deeper.
     keys = np.sort(depth * (m + 1) + idx)
     want = (depth - 1) * (m + 1) + idx
     at = np.searchsorted(keys, want, side="left") - 1
     parent = np.where(depth > 0, keys[np.maximum(at, 0)] - (depth - 1) * (m + 1), -1)
+    if stuck.size:  # threads whose rounds did not settle: the stack walk, over their ops only
+        walk = np.zeros(int(thread[-1]) + 1, dtype=bool)
+        walk[thread[stuck]] = True
+        rows = np.flatnonzero(walk[thread])
+        p, d = _walk_threads(s[rows].tolist(), e[rows].tolist(), thread[rows].tolist())
+        parent[rows] = np.where(p >= 0, rows[np.maximum(p, 0)], -1)
+        depth[rows] = d
     return parent, depth
 
 
-#: Rounds of :func:`_pop_steps` before falling back to the stack walk (real traces converge in one or two;
+#: Rounds of :func:`_pop_steps` before a thread falls back to the stack walk (real traces converge in one or two;
 #: chains of overlapping, unnested ranges would need one round per link).
 _POP_ROUNDS = 8
 
 
-def _pop_steps(s: np.ndarray, e: np.ndarray, rounds: int) -> np.ndarray | None:
-    """For each op j, the step at which the stack walk pops it (m when never); None when not settled in
-    ``rounds`` rounds.
+def _pop_steps(ks: np.ndarray, base: np.ndarray, re: np.ndarray, longest: int,
+               rounds: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each op j, the position at which the stack walk of its thread pops it (its thread's end when never),
+    and the ops not settled in ``rounds`` rounds.
 
     j is popped at the first step k > j whose start reaches the latest end among ops j..k-1 (those still above
     j keep it open). Found by raising a lower bound: first k with s[k] >= e[j], then with s[k] >= max(e[j:k]),
-    until the bound no longer moves (no clock jitter: one round).
+    until the bound no longer moves (no clock jitter: one round). ``ks`` are the starts' keys (thread base + rank),
+    ``re`` the ends' ranks; a bound never passes the end of j's thread, whose keys are all lower than the next's.
     """
-    m = s.size
+    m = ks.size
     idx = np.arange(m)
-    pops = np.maximum(np.searchsorted(s, e, side="left"), idx + 1)
-    levels = [e]  # sparse table: levels[l][i] = max(e[i:i + 2**l])
-    while (1 << len(levels)) <= m:
+    pops = np.maximum(np.searchsorted(ks, base + re, side="left"), idx + 1)
+    levels = [re]  # sparse table: levels[l][i] = max(re[i:i + 2**l]); spans stay within a thread
+    while (1 << len(levels)) <= longest:
         prev, w = levels[-1], 1 << (len(levels) - 1)
         levels.append(np.maximum(prev[:-w], prev[w:]))
+    live = idx
     for _ in range(rounds):
-        hi = np.minimum(pops, m)
-        lv = np.floor(np.log2(hi - idx)).astype(np.int64)  # spans are >= 1
-        reach = np.empty(m, dtype=e.dtype)
+        if live.size == 0:
+            break
+        hi = pops[live]
+        lv = np.floor(np.log2(hi - live)).astype(np.int64)  # spans are >= 1
+        reach = np.empty(live.size, dtype=re.dtype)
         for level in np.unique(lv, return_index=True)[0].tolist():
             sel = np.flatnonzero(lv == level)
             table = levels[level]
-            reach[sel] = np.maximum(table[sel], table[hi[sel] - (1 << level)])
-        moved = np.maximum(np.searchsorted(s, reach, side="left"), pops)
-        if np.array_equal(moved, pops):
-            return pops
-        pops = moved
-    return None
+            reach[sel] = np.maximum(table[live[sel]], table[hi[sel] - (1 << level)])
+        moved = np.maximum(np.searchsorted(ks, base[live] + reach, side="left"), hi)
+        still = moved != hi
+        pops[live] = moved
+        live = live[still]  # an op whose bound did not move is settled: its next round would compute the same
+    return pops, live
 
 
-def _walk_thread(starts: list[int], ends: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The stack walk itself, for one thread (the fallback of :func:`_nest_thread`)."""
+def _walk_threads(starts: list[int], ends: list[int], thread: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The stack walk itself, over ops grouped by thread (the fallback of :func:`_nest_threads`)."""
     parent = [-1] * len(starts)
     depth = [0] * len(starts)
     open_rows: list[int] = []  # the enclosing ops still open, outermost first
+    current = None
     for k, s in enumerate(starts):
+        if thread[k] != current:
+            current, open_rows = thread[k], []
         while open_rows and ends[open_rows[-1]] <= s:
             open_rows.pop()
         # A child that outlives its parent (clock jitter) is still nested if it starts inside it.
@@ -141,24 +195,39 @@ def _walk_thread(starts: list[int], ends: list[int]) -> tuple[np.ndarray, np.nda
 
 
 def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Row of the innermost op on the same thread whose [start, end) holds each time, -1 when none."""
+    """Row of the innermost op on the same thread whose [start, end) holds each time, -1 when none.
+
+    All threads at once: ops grouped by thread, starts and times keyed by (thread, rank) in one sorted array.
+    """
     out = np.full(t.shape, -1, dtype=np.int32)
     if ops["start_ns"].size == 0 or t.size == 0:
         return out
     starts, ends, parent = ops["start_ns"], ops["start_ns"] + ops["dur_ns"], ops["parent_row"]
-    for th in distinct(tid):
-        rows = np.flatnonzero(ops["tid"] == th)
-        if rows.size == 0:
-            continue
-        q = np.flatnonzero(tid == th)
-        i = np.searchsorted(starts[rows], t[q], side="right") - 1
-        cand = np.where(i >= 0, rows[np.clip(i, 0, None)], -1)
-        for _ in range(256):  # walk up the nesting until the candidate encloses the time
-            bad = (cand >= 0) & (ends[np.clip(cand, 0, None)] <= t[q])
-            if not bad.any():
-                break
-            cand = np.where(bad, parent[np.clip(cand, 0, None)], cand)
-        out[q] = cand
+    order = np.argsort(ops["tid"], kind="stable")  # ops by thread, by start within one
+    op_tid = ops["tid"][order]
+    threads = distinct(op_tid)
+    at = np.minimum(np.searchsorted(threads, tid), threads.size - 1)
+    q = np.flatnonzero(threads[at] == tid)  # times on a thread that has ops
+    if q.size == 0:
+        return out
+    ranks = distinct(starts)
+    width = 2 * ranks.size + 1
+    # a start's key is even, a time's odd and just above the starts at or before it: "last start <= t" is one search
+    op_key = np.searchsorted(threads, op_tid).astype(np.int64) * width + 2 * np.searchsorted(ranks, starts[order])
+    g = at[q].astype(np.int64)
+    t_key = g * width + 2 * np.searchsorted(ranks, t[q], side="right") - 1
+    i = np.searchsorted(op_key, t_key, side="right") - 1
+    ok = (i >= 0) & (op_key[np.maximum(i, 0)] >= g * width)  # the op found is on the time's thread
+    q, cand = q[ok], order[i[ok]]
+    tq = t[q]
+    live = np.arange(q.size)
+    for _ in range(256):  # walk up the nesting until the candidate encloses the time
+        live = live[ends[cand[live]] <= tq[live]]
+        if live.size == 0:
+            break
+        cand[live] = parent[cand[live]]
+        live = live[cand[live] >= 0]
+    out[q] = cand
     return out
 
 
