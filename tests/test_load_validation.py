@@ -54,6 +54,9 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "truncated strings.parquet": (lambda d: (d / "strings.parquet").write_bytes(
         (d / "strings.parquet").read_bytes()[:300]), "strings.parquet: unreadable Parquet"),
     "a null string": (lambda d: _rewrite(d / "strings.parquet", "value", _nulls), "1 null strings"),
+    "strings that are not UTF-8": (lambda d: _rewrite(d / "strings.parquet", "value", lambda c: pa.array(
+        [b"\xaf\xfe", *(v.encode() for v in c.to_pylist()[1:])], pa.binary()).view(pa.string())),
+        "column value is not valid text"),
     "a column rewritten as text": (lambda d: _rewrite(d / "kernels.parquet", "dur_ns", lambda c: pa.array(
         [str(x) for x in c.to_pylist()])), "kernels.parquet: column dur_ns is string, not numbers"),
     "a name id past the strings": (lambda d: _rewrite(d / "kernels.parquet", "name_id", lambda c: pa.array(
@@ -123,6 +126,19 @@ def test_a_garbled_run_directory_is_one_line(tmp_path: Path, capsys: pytest.Capt
     (d / file).write_text(json.dumps(change(json.loads((d / file).read_text()))))
     line = _one_error(capsys, ["analyze", str(d)])
     assert expected in line and str(d / file) in line
+
+
+def test_a_window_other_than_the_timed_ones_without_its_last_step_is_no_window(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An attribution window with a first step and no last one (a run cut short in it): the overhead figures skip it
+    instead of failing."""
+    d = _run_copy(tmp_path)
+    doc = json.loads((d / "collector.json").read_text())
+    doc["windows"] = [{k: v for k, v in w.items() if not (w["kind"] == "attribution" and k == "last_step")}
+                      for w in doc["windows"]]
+    assert any(w["kind"] == "attribution" and "last_step" not in w for w in doc["windows"])
+    (d / "collector.json").write_text(json.dumps(doc))
+    assert main(["analyze", str(d), "--quiet", "--json", str(tmp_path / "s.json")]) == 0
 
 
 @pytest.mark.parametrize("raw", [b"{\"status\": \"ok\xed\xa0\x80\"}", b"\xff\xfe{}", b"[" * 100_000])

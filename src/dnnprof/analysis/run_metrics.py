@@ -29,7 +29,7 @@ def step_durations(col: dict[str, Any]) -> dict[int, int]:
 
 def _window(col: dict[str, Any], kind: str) -> range:
     for w in col.get("windows", []):
-        if w["kind"] == kind:
+        if w["kind"] == kind and w.get("first_step") is not None and w.get("last_step") is not None:
             return range(int(w["first_step"]), int(w["last_step"]) + 1)
     return range(0)
 

@@ -132,6 +132,11 @@ def strings_problem(column: Any) -> str | None:
         return f"column value is {column.type}, not text"
     if column.null_count:
         return f"column value has {column.null_count} null strings"
+    try:  # a flipped byte in the file can leave text that is not UTF-8 (pyarrow reads it unchecked)
+        for chunk in column.chunks:
+            chunk.validate(full=True)
+    except pa.ArrowInvalid as e:
+        return f"column value is not valid text ({' '.join(str(e).split())})"
     return None
 
 
