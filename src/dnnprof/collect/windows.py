@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dnnprof.collect.allocator_warning import spend_first_warning
 from dnnprof.collect.modranges import ModuleRanges, compiled_code_in_use
 
 KINDS = ("timing", "attribution", "full", "cpu", "whole_run")
@@ -131,7 +132,10 @@ class Window:
             for text in _QUIET:
                 warnings.filterwarnings("ignore", message=f".*{text}")
             if self.ops:
+                free_block = spend_first_warning(torch) if full else None
                 self.prof.start()
+                if free_block is not None:
+                    free_block()
             else:
                 with _user_scope_only(torch) as limited:
                     self.prof.start()
