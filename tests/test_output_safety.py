@@ -6,6 +6,7 @@ they were; an earlier saved profile is replaced atomically (a failure in the mid
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -471,3 +472,14 @@ def test_outputs_and_run_folders_follow_the_umask(tmp_path: Path, gpt2: Profile,
     assert stat.S_IMODE(saved.stat().st_mode) == 0o777 & ~umask
     assert stat.S_IMODE(written.stat().st_mode) == 0o666 & ~umask
     assert stat.S_IMODE(run.staging.stat().st_mode) == 0o777 & ~umask
+
+
+def test_numpy_strings_and_numbers_in_a_document_are_written_as_json() -> None:
+    import numpy as np
+
+    from dnnprof.render.json_out import dumps
+
+    doc = {"name": np.str_("Torch-Compiled Region: 0/0"), "us": np.float64(1.5), "n": np.int32(3),
+           "nan": np.float64("nan"), np.str_("key"): [np.str_("é")]}
+    assert json.loads(dumps(doc)) == {"name": "Torch-Compiled Region: 0/0", "us": 1.5, "n": 3, "nan": None,
+                                      "key": ["é"]}

@@ -1,7 +1,8 @@
 """What a person reads of a finding: every rule's evidence shows, once, with no internal names, ``None`` or "≤0%".
 
 The findings come from real traces that between them fire every rule of the catalogue: the planted-problem traces
-(tests/data/rules), a DDP straggler pair, a run with dnnprof's own module ranges, and HTA's NCCL trace from
+(tests/data/rules), a DDP straggler pair, a run with dnnprof's own module ranges, a compiled run with eager work at
+a graph break, and HTA's NCCL trace from
 ``../shared/foreign`` (the only one with exposed communication; skipped when that folder is absent).
 """
 
@@ -28,7 +29,8 @@ FOREIGN = Path(__file__).resolve().parents[2] / "shared" / "foreign"
 PLANTED = ("no_steps", "item_sync", "fp64_model", "low_occupancy", "pageable_h2d", "slow_dataloader",
            "memory_near_limit", "compiled_mlp")
 TRACES = [DATA / "rules" / "h100" / f"{n}.json.gz" for n in PLANTED] + [
-    DATA / "ddp_h100" / "straggler", DATA / "h100_recorded" / "transformer_train_modules.json.gz"]
+    DATA / "ddp_h100" / "straggler", DATA / "h100_recorded" / "transformer_train_modules.json.gz",
+    DATA / "compiled_cpu_eager_break"]
 NCCL = FOREIGN / "hta__nccl_data.json.gz"
 
 

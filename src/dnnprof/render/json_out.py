@@ -17,7 +17,8 @@ def _clean(x: Any) -> Any:
     ``"\\ud800"`` escape in a trace's name) becomes U+FFFD: UTF-8 cannot hold it."""
     if isinstance(x, float):
         return None if math.isnan(x) or math.isinf(x) else float(x)
-    if isinstance(x, str):
+    if isinstance(x, str):  # numpy's str_ too: the encoder takes only the built-in str
+        x = str(x)
         return x if x.isascii() else x.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     if isinstance(x, dict):
         return {_clean(k): _clean(v) for k, v in x.items()}

@@ -55,14 +55,25 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
         self.graph_break = False  # --graph-break: Dynamo splits the forward after the embeddings
+        self.break_ops = 0  # --break-ops N: N small ops that Dynamo may not compile run eagerly at that break
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
         if self.graph_break:
             torch._dynamo.graph_break()
+        if self.break_ops:
+            x = _eager_at_break(x, self.break_ops)
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln_f(x))
+
+
+@torch._dynamo.disable
+def _eager_at_break(x: torch.Tensor, n: int) -> torch.Tensor:
+    """Work Dynamo leaves to Python (a call it is told not to trace): it breaks the graph and runs eagerly."""
+    for _ in range(n):
+        x = x * 1.0 + 0.0
+    return x
 
 
 class ResBlock(nn.Module):
@@ -129,6 +140,7 @@ def main() -> int:
                                                          "eager"])
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--graph-break", action="store_true", help="GPT: a graph break after the embeddings")
+    p.add_argument("--break-ops", type=int, default=0, help="GPT: N eager ops in a function Dynamo may not trace")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--size", default="small" if torch.cuda.is_available() else "tiny", choices=["tiny", "small"])
     args = p.parse_args()
@@ -136,6 +148,8 @@ def main() -> int:
     torch.manual_seed(0)
     model, data, loss_fn = build(args.model, args.size, dev)
     model.graph_break = args.graph_break
+    if args.model == "gpt":
+        model.break_ops = args.break_ops
     run = model if args.mode == "eager" else torch.compile(model, mode=None if args.mode == "default" else args.mode)
     if args.train:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
