@@ -21,6 +21,7 @@ from dnnprof.analysis.ranks import rank_overview
 from dnnprof.analysis.steps import step_source, with_steps
 from dnnprof.analysis.utilization import Utilization, utilization
 from dnnprof.model.device import DeviceInfo
+from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import API_KINDS, DEVICE_TYPES, MEMCPY_KINDS, MEMORY_KINDS
 
@@ -44,16 +45,22 @@ class Analysis:
 
 def analyse(profile: Profile, rank: int = 0) -> Analysis:
     """Steps (inferred when missing), attribution, kernel summary and utilisation of one rank."""
+    # A big trace's tables are mapped files (model.mapped_columns): each stage's pages are given back after it,
+    # so the resident set holds what one stage reads, not every table.
     profile = with_steps(profile, rank)
+    release_pages()
     attribution = attribute(profile)
+    release_pages()
     util = utilization(profile, rank=rank)
+    release_pages()
     device = profile.device(util.device, rank) or (profile.devices[0] if profile.devices else None)
     # The occupancy calculator holds NVIDIA's per-architecture limits: no answer for other vendors' devices.
     occupancy = kernel_occupancy(profile.tables["kernels"], device) \
         if device is not None and device_vendor(profile, device) in ("", "nvidia") else None
-    return Analysis(profile=profile, attribution=attribution,
-                    kernels=kernel_summary(profile, attribution, rank=rank, occupancy=occupancy),
-                    utilization=util, rank=rank)
+    release_pages()
+    kernels = kernel_summary(profile, attribution, rank=rank, occupancy=occupancy)
+    release_pages()
+    return Analysis(profile=profile, attribution=attribution, kernels=kernels, utilization=util, rank=rank)
 
 
 def _us(ns: float) -> float:

@@ -18,6 +18,7 @@ import numpy as np
 
 from dnnprof.ingest.column_spill import NAME_COLUMNS, LazyTable, SpilledColumns
 from dnnprof.ingest.nesting import innermost_enclosing, nest
+from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS, OP_CATEGORIES, empty_table
 
@@ -304,14 +305,19 @@ class EventColumns:
         self._keys = list(self._strings)
         self._lut = np.full(len(self._keys) + 1, -1, dtype=np.int32)  # local id → profile id; [-1] stays -1
         self._profile = profile
+        # Spilled columns make tables of mapped columns, whose pages are given back as each table is done.
+        done = release_pages if self._spill is not None else _nothing
         out = {"ops": self._ops(rank)}
+        done()
         out["runtime"] = runtime = self._runtime(rank)
         runtime["op_row"][:] = innermost_enclosing(out["ops"], runtime["tid"], runtime["start_ns"])
         fwdbwd(out["ops"], self.flows)
+        done()
         for table in _GPU_TABLES:
             t = out[table] = self._gpu(table, rank)
             if table in ("kernels", "memcpy", "memset"):
                 link_by_correlation(t, runtime)
+            done()
         out["memory_events"] = self._memory_events(out["ops"], rank)
         return out
 
@@ -366,7 +372,7 @@ class EventColumns:
     def _start(self, table: str, cols: dict[str, np.ndarray], order: np.ndarray, rank: int) -> dict[str, np.ndarray]:
         """A table of ``order.size`` rows with rank, start and duration; the columns used are dropped from ``cols``
         (as every later one is, once copied in order: a table's input shrinks as its output grows)."""
-        t = empty_table(table, order.size)
+        t = empty_table(table, order.size, None if self._spill is None else self._spill.folder)
         t["rank"][:] = rank
         if order.size:
             t["start_ns"][:] = _ns(cols.pop("ts")[order])
@@ -451,6 +457,10 @@ _NARROW = {
     "shared_memory_bytes": np.int32, "blocks_per_sm": np.float32, "warps_per_sm": np.float32,
     "est_occupancy_pct": np.float32,
 }
+
+
+def _nothing() -> None:
+    pass
 
 
 def _narrow(table: str, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -15,7 +15,6 @@ destroying what dnnprof did not write.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import shutil
@@ -176,6 +175,8 @@ def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically with ``renameat2(RENAME_EXCHANGE)``; False where the system cannot."""
     if not sys.platform.startswith("linux"):
         return False
+    import ctypes  # here: only a replaced folder needs it, not every command's start-up
+
     try:
         fn = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):  # no libc symbol (musl, glibc < 2.28)

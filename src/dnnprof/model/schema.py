@@ -17,8 +17,12 @@ This module is the only place that defines columns; ``docs/profile-schema.md`` i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # Enumerations -------------------------------------------------------------------------------------------------
 
@@ -181,17 +185,19 @@ TABLES: dict[str, tuple[Column, ...]] = {
 }
 
 
-def empty_table(name: str, n: int = 0) -> dict[str, np.ndarray]:
-    """Columns of table ``name`` with ``n`` rows of fill values (-1, NaN or False)."""
+def empty_table(name: str, n: int = 0, mapped: Path | None = None) -> dict[str, np.ndarray]:
+    """Columns of table ``name`` with ``n`` rows of fill values (-1, NaN or False); ``mapped``: a folder in which
+    the columns are temporary files mapped into memory (:mod:`dnnprof.model.mapped_columns`), for big tables."""
     out: dict[str, np.ndarray] = {}
     for col in TABLES[name]:
         dt = np.dtype(col.dtype)
-        if dt.kind == "f":
-            out[col.name] = np.full(n, np.nan, dtype=dt)
-        elif dt.kind == "b":
-            out[col.name] = np.zeros(n, dtype=dt)
+        fill = np.nan if dt.kind == "f" else False if dt.kind == "b" else -1
+        if mapped is not None:
+            from dnnprof.model.mapped_columns import mapped_column
+
+            out[col.name] = mapped_column(mapped, dt, n, fill)
         else:
-            out[col.name] = np.full(n, -1, dtype=dt)
+            out[col.name] = np.full(n, fill, dtype=dt)
     return out
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dnnprof.analysis.rules import findings_from_analysis
-from dnnprof.analysis.summary import Analysis, analyse, summary_of
 from dnnprof.ingest.detect import kind_of, open_profile
-from dnnprof.model.profile import Profile
+from dnnprof.model.mapped_columns import release_pages
+
+if TYPE_CHECKING:
+    from dnnprof.analysis.summary import Analysis
+    from dnnprof.model.profile import Profile
 
 
 class ReportError(ValueError):
@@ -32,6 +34,8 @@ def summary_document(analysis: Analysis, extras: dict[str, Any] | None = None,
                      across_ranks: dict[str, Any] | None = None) -> dict[str, Any]:
     """The summary without its findings: the analysis, and a run's extras on top. ``across_ranks``: see
     :func:`dnnprof.analysis.summary.summary_of`."""
+    from dnnprof.analysis.summary import summary_of
+
     doc = summary_of(analysis, across_ranks)
     doc.update(extras or {})
     return doc
@@ -39,6 +43,8 @@ def summary_document(analysis: Analysis, extras: dict[str, Any] | None = None,
 
 def with_findings(analysis: Analysis, doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` with its findings (and the checks on them), computed on the complete document."""
+    from dnnprof.analysis.rules import findings_from_analysis
+
     doc["findings"] = findings_from_analysis(analysis, doc)
     return doc
 
@@ -51,9 +57,15 @@ def report(profile: Profile, rank: int | None = None, extras: dict[str, Any] | N
     rank = default_rank(profile.ranks) if rank is None else rank
     if rank not in profile.ranks:
         raise ReportError(f"no rank {rank} (ranks in the trace: {profile.ranks})")
+    from dnnprof.analysis.summary import analyse  # after the read: the analysis's imports are not start-up's
+
     analysis = analyse(profile, rank=rank)
     across = None if across_ranks is None else across_ranks(analysis)
-    return analysis, with_findings(analysis, summary_document(analysis, extras, across))
+    doc = summary_document(analysis, extras, across)
+    release_pages()  # a big trace's mapped columns read by the summary (see analyse)
+    doc = with_findings(analysis, doc)
+    release_pages()
+    return analysis, doc
 
 
 def run_extras(path: Path, rank: int | None = None, kind: str | None = None) -> dict[str, Any] | None:

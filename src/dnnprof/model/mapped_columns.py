@@ -1,0 +1,54 @@
+"""Table columns kept in temporary files mapped into memory, for traces whose tables would not fit comfortably.
+
+A mapped column is an ordinary writable numpy array whose pages live in the page cache, backed by an unlinked
+temporary file: the process holds only the pages it touched since the last :func:`release_pages`, which drops
+them from its resident set (a later access reads them back from the page cache, or from the file if the system
+reclaimed them). The reader fills the tables of a big trace into mapped columns and releases each one when it is
+done; the analysis releases between its stages, so the resident set is what one stage uses, not every table.
+
+Only on POSIX systems (a mapped file cannot be removed while mapped on Windows): elsewhere columns are in memory.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+#: Whether this system maps columns (see the module's docstring).
+SUPPORTED = os.name == "posix" and hasattr(mmap, "MADV_DONTNEED")
+
+_MAPS: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
+
+
+def mapped_column(folder: Path | None, dtype: np.dtype, n: int, fill: object) -> np.ndarray:
+    """A writable column of ``n`` values of ``dtype``, each ``fill``, in an unlinked file in ``folder`` (the
+    system's temporary folder when None). Zero-length columns are ordinary arrays."""
+    dtype = np.dtype(dtype)
+    if n == 0 or not SUPPORTED:
+        return np.full(n, fill, dtype=dtype)
+    import tempfile  # here: most commands never map a column
+
+    with tempfile.TemporaryFile(dir=folder, prefix="column-") as f:
+        f.truncate(n * dtype.itemsize)
+        m = mmap.mmap(f.fileno(), n * dtype.itemsize)  # the map keeps the file alive after it is closed
+    _MAPS.add(m)
+    out = np.frombuffer(m, dtype=dtype)
+    if fill != 0 and not (dtype.kind == "b" and not fill):  # a new file reads as zeros already
+        out[:] = fill
+    return out
+
+
+def release_pages() -> None:
+    """Drop every mapped column's pages from this process's resident set (their contents stay in the file)."""
+    for m in list(_MAPS):
+        if not m.closed:
+            m.madvise(mmap.MADV_DONTNEED)
+
+
+def mapped_bytes() -> int:
+    """Bytes of all live mapped columns, resident or not."""
+    return sum(len(m) for m in list(_MAPS) if not m.closed)

@@ -1,0 +1,69 @@
+"""Big traces' tables in mapped files (model.mapped_columns): the same summary as tables in memory, on every
+Kineto fixture, the foreign corpus and the shared traces; pages given back keep their values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dnnprof.ingest import kineto
+from dnnprof.ingest.errors import TraceError
+from dnnprof.model import mapped_columns
+from dnnprof.model.schema import empty_table
+from dnnprof.runs.report import report
+from test_kineto_split import FILES, NEVER
+
+pytestmark = pytest.mark.skipif(not mapped_columns.SUPPORTED, reason="columns are mapped on POSIX systems only")
+
+
+def _summary(path: Path, spill_min_bytes: int) -> str:
+    profile = kineto._read_profile(path, None, spill_min_bytes=spill_min_bytes)
+    return json.dumps(report(profile)[1], sort_keys=True)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_mapped_tables_give_the_in_memory_summary(path: Path) -> None:
+    try:
+        in_memory = _summary(path, NEVER)
+    except TraceError:
+        return  # the reader's errors are the same either way (test_kineto_split)
+    assert _summary(path, 0) == in_memory
+
+
+def test_a_spilled_read_maps_its_tables_and_a_small_one_does_not(tmp_path: Path) -> None:
+    ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1,
+           "args": {"device": 0, "stream": 7, "correlation": i}} for i in range(100)]
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": ev}))
+    small = kineto._read_profile(trace, None, spill_min_bytes=NEVER)
+    assert isinstance(small.tables["kernels"]["start_ns"].base, np.ndarray | type(None))
+    before = mapped_columns.mapped_bytes()
+    big = kineto._read_profile(trace, None, spill_min_bytes=0)
+    assert isinstance(big.tables["kernels"]["start_ns"].base, memoryview)  # a view of the mapped file
+    assert mapped_columns.mapped_bytes() > before
+    assert big.tables["kernels"]["start_ns"].tolist() == [i * 1000 for i in range(100)]
+    assert not list(tmp_path.glob("column-*"))
+
+
+def test_mapped_tables_start_with_the_fill_values_and_released_pages_keep_theirs(tmp_path: Path) -> None:
+    for table in ("runtime", "kernels"):
+        mapped, plain = empty_table(table, 100_000, mapped=tmp_path), empty_table(table, 100_000)
+        for col, a in plain.items():
+            assert mapped[col].dtype == a.dtype and np.array_equal(mapped[col], a, equal_nan=a.dtype.kind == "f"), col
+    t = empty_table("runtime", 100_000, mapped=tmp_path)
+    t["start_ns"][:] = np.arange(100_000)
+    mapped_columns.release_pages()
+    assert (t["start_ns"] == np.arange(100_000)).all()
+    t["start_ns"][5] = -7  # still writable after a release
+    mapped_columns.release_pages()
+    assert t["start_ns"][5] == -7
+    assert not list(tmp_path.iterdir())  # the files are unlinked from the start
+
+
+def test_empty_and_in_memory_tables_are_plain_arrays() -> None:
+    assert empty_table("kernels", 0, mapped=Path(".")).keys() == empty_table("kernels", 0).keys()
+    for col, a in empty_table("runtime", 3).items():
+        assert a.flags.owndata, col
