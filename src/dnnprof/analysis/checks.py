@@ -30,6 +30,7 @@ import numpy as np
 
 from dnnprof.analysis.attribution import PHASES
 from dnnprof.analysis.intervals import covered_per_window, merge
+from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.units import ns_text
 
 if TYPE_CHECKING:
@@ -321,8 +322,12 @@ def _activity(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
 
 def profile_checks(a: Analysis, doc: dict[str, Any]) -> list[Check]:
     """Every check that needs no findings, in a fixed order; ``doc`` is the summary built so far."""
-    return [profile_invariants(a), step_durations(a), step_windows(a), kernel_totals(a, doc), phases_sum(a, doc),
-            forward_present(a), attribution_coverage(a, doc), busy_vs_nvml(a)]
+    out = []
+    for check in (profile_invariants, step_durations, step_windows, lambda a: kernel_totals(a, doc),
+                  lambda a: phases_sum(a, doc), forward_present, lambda a: attribution_coverage(a, doc), busy_vs_nvml):
+        out.append(check(a))
+        release_pages()  # a big trace's mapped columns: one check's pages at a time (model.mapped_columns)
+    return out
 
 
 # --- findings ----------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from dnnprof.model.device import DeviceInfo
+from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.outputs import OutputError, check_parent, replace_dir, temp_dir_beside
 from dnnprof.model.schema import TABLES, empty_table
 
@@ -134,6 +135,7 @@ class Profile:
                        "runtime": "start_ns", "memory_events": "ts_ns"}.get(name)
             if ordered and t[ordered].size > 1 and np.any(np.diff(t[ordered]) < 0):
                 problems.append(f"{name}: rows are not ordered by {ordered}")
+            release_pages()  # a big trace's mapped columns: one table's pages at a time
         steps = self.tables["steps"]
         if steps["number"].size:
             for name in ("kernels", "memcpy", "memset", "ops", "runtime", "memory_events"):

@@ -28,6 +28,7 @@ from dnnprof.analysis.rules import (  # noqa: F401
 from dnnprof.analysis.rules.base import REGISTRY, Finding, rank_key, severity_for
 from dnnprof.analysis.rules.context import Context
 from dnnprof.analysis.summary import Analysis, analyse
+from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.profile import Profile
 
 #: Rule groups whose findings and gains rest on GPU kernel time: quiet when the GPU work is negligible
@@ -62,6 +63,7 @@ def run_rules(ctx: Context, only: set[str] | None = None) -> list[Finding]:
         if spec.group in GPU_WORK_GROUPS and ctx.util.gpu_work_negligible:
             continue  # their gains are shares of GPU time: of next to nothing, they would mislead
         f = spec.fn(ctx)
+        release_pages()  # a big trace's mapped columns: one rule's pages at a time (model.mapped_columns)
         if f is not None:
             found.append(f)
     found.sort(key=lambda f: rank_key(f.to_dict()))
