@@ -2,7 +2,8 @@
 
 A big trace's columns then do not sit in memory until the end of the read: each category's column is one raw
 file (``<category>.<column>.bin``, native byte order) in a private folder, and building a table loads one of its
-columns at a time. The folder belongs to the read and goes with it.
+columns at a time, mapped from the files (:mod:`dnnprof.model.mapped_columns`), so a column read whole takes
+pages the caller gives back. The folder belongs to the read and goes with it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+
+from dnnprof.model.mapped_columns import mapped_column, mapped_file
 
 #: Columns holding local string ids (renumbered when another reader's columns are appended).
 NAME_COLUMNS = ("name", "module", "stack", "dims")
@@ -59,7 +62,7 @@ class SpilledColumns:
         if f is not None:
             f.flush()
         dtype, shape = self.layout[cat][col]
-        return np.fromfile(self._path(cat, col), dtype=np.dtype(dtype)).reshape(-1, *shape)
+        return mapped_file(self._path(cat, col), np.dtype(dtype)).reshape(-1, *shape)
 
     def extend(self, later: SpilledColumns, remap: np.ndarray) -> None:
         """Append ``later``'s columns after this one's, local string ids renumbered through ``remap``."""
@@ -98,7 +101,16 @@ class LazyTable:
         if key not in self._keys:
             raise KeyError(key)
         parts = [self._spill.column(c, key) for c in self._cats]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if len(parts) == 1:
+            return parts[0]
+        row_shape = parts[0].shape[1:]
+        values = sum(p.shape[0] for p in parts) * int(np.prod(row_shape, dtype=np.int64))
+        out = mapped_column(self._spill.folder, parts[0].dtype, values, 0).reshape(-1, *row_shape)
+        row = 0
+        for p in parts:
+            out[row:row + p.shape[0]] = p
+            row += p.shape[0]
+        return out
 
     def pop(self, key: str) -> np.ndarray:
         out = self[key]

@@ -105,6 +105,10 @@ _GRID_UNKNOWN = (-1, -1, -1)
 _NS_LIMIT = float(2**62)
 
 
+#: Rows gathered at a time when a table is filled in time order (8 MiB per 64-bit column).
+_BLOCK_ROWS = 1 << 20
+
+
 def _ns(values: np.ndarray) -> np.ndarray:
     x = values * 1000.0
     np.clip(x, -_NS_LIMIT, _NS_LIMIT, out=x)  # in place: one temporary of the column's size, not three
@@ -305,8 +309,8 @@ class EventColumns:
         self._keys = list(self._strings)
         self._lut = np.full(len(self._keys) + 1, -1, dtype=np.int32)  # local id → profile id; [-1] stays -1
         self._profile = profile
-        # Spilled columns make tables of mapped columns, whose pages are given back as each table is done.
-        done = release_pages if self._spill is not None else _nothing
+        # Spilled columns make tables of mapped columns, whose pages are given back as each column is done.
+        done = self._done
         out = {"ops": self._ops(rank)}
         done()
         out["runtime"] = runtime = self._runtime(rank)
@@ -369,14 +373,27 @@ class EventColumns:
         uniq, inverse = np.unique(local, return_inverse=True)
         return np.array([fn(self._keys[u]) for u in uniq.tolist()], dtype=np.int64)[inverse.reshape(-1)]
 
+    def _done(self) -> None:
+        """A column of a spilled read is complete: its pages (and its source's) leave the resident set."""
+        if self._spill is not None:
+            release_pages()
+
+    def _fill(self, dst: np.ndarray, src: np.ndarray, order: np.ndarray, fn: Any = None) -> None:
+        """``dst[i] = fn(src[order[i]])``, a block of rows at a time: no temporary of the table's length."""
+        for i in range(0, order.size, _BLOCK_ROWS):
+            o = order[i:i + _BLOCK_ROWS]
+            v = src[o]
+            dst[i:i + o.size] = v if fn is None else fn(v)
+        self._done()
+
     def _start(self, table: str, cols: dict[str, np.ndarray], order: np.ndarray, rank: int) -> dict[str, np.ndarray]:
         """A table of ``order.size`` rows with rank, start and duration; the columns used are dropped from ``cols``
         (as every later one is, once copied in order: a table's input shrinks as its output grows)."""
         t = empty_table(table, order.size, None if self._spill is None else self._spill.folder)
         t["rank"][:] = rank
         if order.size:
-            t["start_ns"][:] = _ns(cols.pop("ts")[order])
-            t["dur_ns"][:] = np.maximum(_ns(cols.pop("dur")[order]), 0)
+            self._fill(t["start_ns"], cols.pop("ts"), order, _ns)
+            self._fill(t["dur_ns"], cols.pop("dur"), order, _duration_ns)
         return t
 
     def _ops(self, rank: int) -> dict[str, np.ndarray]:
@@ -390,14 +407,14 @@ class EventColumns:
         order = order[np.argsort(cols["ts"][order], kind="stable")]
         t = self._start("ops", cols, order, rank)
         cats = np.concatenate([np.full(n, OP_CATEGORIES.index(c), dtype=np.int8) for c, n in counts])
-        t["tid"][:] = cols.pop("tid")[order]
-        t["name_id"][:] = self._intern(cols.pop("name")[order])
-        t["category"][:] = cats[order]
+        self._fill(t["tid"], cols.pop("tid"), order)
+        self._fill(t["name_id"], cols.pop("name"), order, self._intern)
+        self._fill(t["category"], cats, order)
         for k in ("external_id", "sequence_nr", "fwd_thread_id"):
-            t[k][:] = cols.pop(k)[order]
-        t["module_id"][:] = self._intern(cols.pop("module")[order])
-        t["stack_id"][:] = self._intern(cols.pop("stack")[order])
-        t["input_dims_id"][:] = self._intern(cols.pop("dims")[order])
+            self._fill(t[k], cols.pop(k), order)
+        self._fill(t["module_id"], cols.pop("module"), order, self._intern)
+        self._fill(t["stack_id"], cols.pop("stack"), order, self._intern)
+        self._fill(t["input_dims_id"], cols.pop("dims"), order, self._intern)
         nest(t)
         return t
 
@@ -407,15 +424,15 @@ class EventColumns:
             return empty_table("runtime", 0)
         order = np.argsort(cols["ts"], kind="stable")
         t = self._start("runtime", cols, order, rank)
-        t["tid"][:] = cols.pop("tid")[order]
-        names = cols.pop("name")[order]
-        t["name_id"][:] = self._intern(names)
-        t["correlation"][:] = cols.pop("correlation")[order]
-        t["cbid"][:] = cols.pop("cbid")[order]
-        if names.size:
-            t["api_kind"][:] = self._by_name(names, api_kind)
+        self._fill(t["tid"], cols.pop("tid"), order)
+        names = cols.pop("name")
+        self._fill(t["name_id"], names, order, self._intern)
+        self._fill(t["api_kind"], names, order, lambda v: self._by_name(v, api_kind))
+        del names
+        self._fill(t["correlation"], cols.pop("correlation"), order)
+        self._fill(t["cbid"], cols.pop("cbid"), order)
         driver = np.concatenate([np.full(n, c == "cuda_driver") for c, n in counts])
-        t["driver"][:] = driver[order]
+        self._fill(t["driver"], driver, order)
         return t
 
     def _gpu(self, table: str, rank: int) -> dict[str, np.ndarray]:
@@ -424,27 +441,27 @@ class EventColumns:
             return empty_table(table, 0)
         order = np.argsort(cols["ts"], kind="stable")
         t = self._start(table, cols, order, rank)
-        t["device"][:] = cols.pop("device")[order]
-        t["stream"][:] = cols.pop("stream")[order]
-        names = cols.pop("name")[order]
-        t["name_id"][:] = self._intern(names)
+        self._fill(t["device"], cols.pop("device"), order)
+        self._fill(t["stream"], cols.pop("stream"), order)
+        names = cols.pop("name")
+        self._fill(t["name_id"], names, order, self._intern)
         if "correlation" in t:
-            t["correlation"][:] = cols.pop("correlation")[order]
+            self._fill(t["correlation"], cols.pop("correlation"), order)
         if table == "kernels":
             for name in ("grid", "block"):
-                dims = cols.pop(name)[order]
+                dims = cols.pop(name)
                 for i, axis in enumerate("xyz"):
-                    t[f"{name}_{axis}"][:] = dims[:, i]
+                    self._fill(t[f"{name}_{axis}"], dims[:, i], order)
             for k in ("registers_per_thread", "shared_memory_bytes", "blocks_per_sm", "warps_per_sm",
                       "est_occupancy_pct", "graph_id"):
-                t[k][:] = cols.pop(k)[order]
+                self._fill(t[k], cols.pop(k), order)
         elif table == "memcpy":
-            kinds = self._by_name(names, _memcpy_kind)
-            t["kind"][:], t["src_mem"][:], t["dst_mem"][:] = kinds[:, 0], kinds[:, 1], kinds[:, 2]
-            t["bytes"][:] = cols.pop("bytes")[order]
+            for i, k in enumerate(("kind", "src_mem", "dst_mem")):
+                self._fill(t[k], names, order, lambda v, i=i: self._by_name(v, _memcpy_kind)[:, i])
+            self._fill(t["bytes"], cols.pop("bytes"), order)
         elif table == "memset":
-            t["dst_mem"][:] = self._by_name(names, _memset_kind)
-            t["bytes"][:] = cols.pop("bytes")[order]
+            self._fill(t["dst_mem"], names, order, lambda v: self._by_name(v, _memset_kind))
+            self._fill(t["bytes"], cols.pop("bytes"), order)
         return t
 
 
@@ -459,8 +476,8 @@ _NARROW = {
 }
 
 
-def _nothing() -> None:
-    pass
+def _duration_ns(values: np.ndarray) -> np.ndarray:
+    return np.maximum(_ns(values), 0)
 
 
 def _narrow(table: str, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -42,6 +42,19 @@ def mapped_column(folder: Path | None, dtype: np.dtype, n: int, fill: object) ->
     return out
 
 
+def mapped_file(path: Path, dtype: np.dtype) -> np.ndarray:
+    """The values of the raw file ``path`` (native byte order) as a read-only column mapped from it (read into
+    memory where columns are not mapped)."""
+    dtype = np.dtype(dtype)
+    size = path.stat().st_size
+    if size == 0 or not SUPPORTED:
+        return np.fromfile(path, dtype=dtype)
+    with path.open("rb") as f:
+        m = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    _MAPS.add(m)
+    return np.frombuffer(m, dtype=dtype)
+
+
 def release_pages() -> None:
     """Drop every mapped column's pages from this process's resident set (their contents stay in the file)."""
     for m in list(_MAPS):
