@@ -39,6 +39,7 @@ def mapped_column(folder: Path | None, dtype: np.dtype, n: int, fill: object) ->
     out = np.frombuffer(m, dtype=dtype)
     if fill != 0 and not (dtype.kind == "b" and not fill):  # a new file reads as zeros already
         out[:] = fill
+        m.madvise(mmap.MADV_DONTNEED)  # a table's columns are made together: none of them resident yet
     return out
 
 
