@@ -41,6 +41,7 @@ from dnnprof.ingest.nesting import distinct
 from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, read_pieces, split_events
 from dnnprof.ingest.vendor import vendor_of_events, vendor_of_name
 from dnnprof.model.device import DeviceInfo
+from dnnprof.model.mapped_columns import large_blocks_returned_on_free
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
 from dnnprof.model.steps import assign_steps
@@ -464,6 +465,7 @@ def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, 
         spill = None
         if stream and _size(path) >= spill_min_bytes:
             spill = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dnnprof-read-")))
+            large_blocks_returned_on_free()
         return _read_profile_in(path, rank, chunk_bytes, stream, parallel_min_bytes, spill)
 
 

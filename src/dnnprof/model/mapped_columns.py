@@ -56,6 +56,30 @@ def mapped_file(path: Path, dtype: np.dtype) -> np.ndarray:
     return np.frombuffer(m, dtype=dtype)
 
 
+def large_blocks_returned_on_free() -> None:
+    """Make glibc's malloc give every block of 1 MiB or more its own mapping, returned to the system when freed.
+
+    By default glibc raises that threshold up to 32 MiB each time such a block is freed, so the big temporaries
+    of numpy that come later stay in the heap once freed and the resident set only grows (+30 MB at a 900 MB
+    trace). Process-wide; called for big traces only; nothing where malloc is not glibc's.
+    """
+    global _THRESHOLD_SET
+    if _THRESHOLD_SET or not SUPPORTED:
+        return
+    _THRESHOLD_SET = True
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl, macOS)
+        return
+    m_mmap_threshold = -3
+    mallopt(m_mmap_threshold, 1 << 20)
+
+
+_THRESHOLD_SET = False
+
+
 def release_pages() -> None:
     """Drop every mapped column's pages from this process's resident set (their contents stay in the file)."""
     for m in list(_MAPS):
