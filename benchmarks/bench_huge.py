@@ -6,7 +6,7 @@ Usage:
 For the source trace itself (gzip) and for each --big size (built with make_big_trace.py into --tmp as plain
 JSON, deleted afterwards), in fresh processes:
   * read_kineto on one core and on two (the second process's peak RSS reported apart);
-  * ``dnnprof analyze TRACE --json FILE -q`` end to end.
+  * ``dnnprof analyze TRACE --json FILE -q`` end to end (with --before: whether both summaries are identical).
 Wall time swings with the machine's load; the load average is printed with each row, and CPU seconds (user +
 system, both processes; for the CLI, the process and its children) are the steadier figure. Prints a Markdown table for benchmarks/RESULTS.md.
 """
@@ -54,9 +54,11 @@ def _read(trace: Path, parallel: bool, src: Path | None = None) -> tuple[float, 
 
 
 def _cli(trace: Path, tmp: Path, src: Path | None = None) -> tuple[float, float, float]:
+    """Wall s, CPU s and peak RSS MB of ``dnnprof analyze``; its summary is left in ``tmp``/{before,after}.json."""
     t0 = time.perf_counter()
+    summary = tmp / ("before.json" if src is not None else "after.json")
     r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", sys.executable, "-m", "dnnprof", "analyze", str(trace),
-                        "--json", str(tmp / "s.json"), "-q"], capture_output=True, text=True, check=True,
+                        "--json", str(summary), "-q"], capture_output=True, text=True, check=True,
                        env=_env(src))
     wall = time.perf_counter() - t0
     user, system, rss_kb = r.stderr.strip().splitlines()[-1].split()
@@ -105,6 +107,9 @@ def main() -> None:
             wall, cpu, rss = _cli(trace, work)
             rows.append((trace.name, f"{json_mb:,.0f}", "dnnprof analyze --json -q", f"{wall:.2f}",
                          f"{cpu:.2f}", f"{rss:.0f}", f"{json_mb / wall:.0f}", load))
+            if a.before is not None:
+                same = (work / "before.json").read_bytes() == (work / "after.json").read_bytes()
+                print(f"{trace.name}: summary JSON {'identical' if same else 'DIFFERS'} before/after", flush=True)
             if built:
                 trace.unlink()
     finally:
