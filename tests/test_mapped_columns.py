@@ -67,3 +67,14 @@ def test_empty_and_in_memory_tables_are_plain_arrays() -> None:
     assert empty_table("kernels", 0, mapped=Path(".")).keys() == empty_table("kernels", 0).keys()
     for col, a in empty_table("runtime", 3).items():
         assert a.flags.owndata, col
+
+
+def test_a_profile_of_mapped_tables_saves_and_loads_as_the_in_memory_one(tmp_path: Path) -> None:
+    from conftest import DEEPSPEECH
+    from dnnprof.model.profile import Profile
+    from test_kineto_stream import assert_same_profile
+
+    mapped = kineto._read_profile(DEEPSPEECH, None, spill_min_bytes=0)
+    assert isinstance(mapped.tables["kernels"]["start_ns"].base, memoryview)
+    mapped.save(tmp_path / "p")
+    assert_same_profile(Profile.load(tmp_path / "p"), kineto._read_profile(DEEPSPEECH, None, spill_min_bytes=NEVER))
