@@ -233,8 +233,8 @@ def test_whole_run_fallback_gets_one_step(tmp_path: Path) -> None:
 
 def test_finish_run_findings_see_the_run_extras_and_settings(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from dnnprof.analysis import rules  # runs.report imports it when the findings are due
     from dnnprof.collect.config import CollectorConfig
-    from dnnprof.runs import report
     from dnnprof.runs.finish import finish_run
     from dnnprof.runs.rundir import RunDir
 
@@ -245,13 +245,13 @@ def test_finish_run_findings_see_the_run_extras_and_settings(tmp_path: Path,
     (rd.staging / "collector.json").write_text(json.dumps(col))
     seen: list[dict[str, Any]] = []
 
-    findings_of = report.findings_from_analysis
+    findings_of = rules.findings_from_analysis
 
     def findings(analysis: Any, doc: dict[str, Any]) -> list[dict[str, Any]]:
         seen.append(dict(doc))
         return findings_of(analysis, doc)
 
-    monkeypatch.setattr(report, "findings_from_analysis", findings)
+    monkeypatch.setattr(rules, "findings_from_analysis", findings)
 
     result = finish_run(rd, {"name": "gpt2", "command": ["python", "train.py"], "exit_code": 0}, CollectorConfig(),
                         echo=lambda m: None)
