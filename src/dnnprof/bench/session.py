@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import platform
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +11,7 @@ from dnnprof.bench.backends import unavailable
 from dnnprof.bench.backends_onnx import OnnxFiles
 from dnnprof.bench.sources import Source
 from dnnprof.bench.trial import Settings, Trial, reference_outputs, run_trial
+from dnnprof.collect.environment import cpu_name
 
 #: Progress callback: (label of the trial now running, trials finished including the current one's fraction).
 Progress = Callable[[str, float], None]
@@ -85,15 +85,4 @@ def device_info(device: str) -> dict[str, Any]:
         name = torch.cuda.get_device_name()
         cap = ".".join(map(str, torch.cuda.get_device_capability()))
         return {"type": "cuda", "name": name, "compute_capability": cap, "versions": versions}
-    return {"type": "cpu", "name": _cpu_name(), "threads": torch.get_num_threads(), "versions": versions}
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return {"type": "cpu", "name": cpu_name(), "threads": torch.get_num_threads(), "versions": versions}

@@ -49,3 +49,15 @@ def environment(torch: Any, pid: int, device: int | None, driver: str | None) ->
         env["distributed"] = {k.lower(): os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
                                                                       "LOCAL_WORLD_SIZE")}
     return env
+
+
+def cpu_name() -> str:
+    """The CPU model (``/proc/cpuinfo``), else what ``platform`` says of the processor or machine."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -7,7 +7,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dnnprof.analysis import run_metrics as metrics
 from dnnprof.analysis.summary import analyse
@@ -18,6 +18,9 @@ from dnnprof.model.run_format import rank_of_subdir
 from dnnprof.runs.report import summary_document, with_findings
 from dnnprof.runs.result import RunResult
 from dnnprof.runs.rundir import RunDir
+
+if TYPE_CHECKING:
+    from dnnprof.model.profile import Profile
 
 RUN_FORMAT = "dnnprof.run/1"
 #: Collector statuses of a complete run (given a profile could be built).
@@ -213,21 +216,36 @@ def finish_run(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, *,
                 messages.append(f"counters: {capture['counters']['message']}")
         profile.save(staging / "profile")
         extras = summary_extras(col, _samples(staging, col), complete=complete, status=status, mode=config.mode)
-        summary = dict(extras)
-        analysis = None
+        summary = write_summary(staging, profile, 0, extras, meta, messages)
+    return close_run(staging, rd, meta, complete=complete, reason=reason, status=status, run_meta=run_meta,
+                     messages=messages, summary=summary)
+
+
+def write_summary(staging: Path, profile: Profile, rank: int, extras: dict[str, Any], meta: dict[str, Any],
+                  messages: list[str]) -> dict[str, Any]:
+    """summary.json of a finished run (the one report writer's pieces); an analysis or a rule that trips is said
+    in ``meta``/``messages`` and leaves what came before it, never the run."""
+    summary = dict(extras)
+    analysis = None
+    try:
+        analysis = analyse(profile, rank=rank)
+        summary = summary_document(analysis, extras)
+    except Exception as e:  # noqa: BLE001 - the capture is valid even when the analysis trips; say so
+        meta["summary_error"] = f"{type(e).__name__}: {e}"
+        messages.append(f"summary failed ({type(e).__name__}: {e}); the profile itself is fine")
+    if analysis is not None and "summary_error" not in meta:
         try:
-            analysis = analyse(profile, rank=0)
-            summary = summary_document(analysis, extras)
-        except Exception as e:  # noqa: BLE001 - the capture is valid even when the analysis trips; say so
-            meta["summary_error"] = f"{type(e).__name__}: {e}"
-            messages.append(f"summary failed ({type(e).__name__}: {e}); the profile itself is fine")
-        if analysis is not None and "summary_error" not in meta:
-            try:
-                summary = with_findings(analysis, summary)
-            except Exception as e:  # noqa: BLE001 - a rule that trips must not lose the run; say so
-                meta["findings_error"] = f"{type(e).__name__}: {e}"
-                messages.append(f"findings failed ({type(e).__name__}: {e}); the summary itself is fine")
-        write_json_atomic(staging / "summary.json", summary)
+            summary = with_findings(analysis, summary)
+        except Exception as e:  # noqa: BLE001 - a rule that trips must not lose the run; say so
+            meta["findings_error"] = f"{type(e).__name__}: {e}"
+            messages.append(f"findings failed ({type(e).__name__}: {e}); the summary itself is fine")
+    write_json_atomic(staging / "summary.json", summary)
+    return summary
+
+
+def close_run(staging: Path, rd: Any, meta: dict[str, Any], *, complete: bool, reason: str | None, status: str,
+              run_meta: dict[str, Any], messages: list[str], summary: dict[str, Any] | None) -> RunResult:
+    """meta.json with the list of the run's files, the staging directory moved into place, the result."""
     meta["files"] = sorted(p.name if p.is_file() else p.name + "/" for p in staging.iterdir())
     write_json_atomic(staging / "meta.json", meta)
     final = rd.finish(complete, reason)

@@ -13,12 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dnnprof.analysis.summary import analyse
-from dnnprof.collect.config import CollectorConfig, write_json_atomic
+from dnnprof.collect.config import CollectorConfig
 from dnnprof.ingest.assemble import AssembleError, load_collector
 from dnnprof.ingest.assemble_ranks import assemble_ranks
 from dnnprof.ingest.errors import TraceError
-from dnnprof.runs.report import summary_document, with_findings
 from dnnprof.runs.result import RunResult
 from dnnprof.runs.rundir import RunDir
 
@@ -38,7 +36,15 @@ def finish_ranks(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, 
                  echo: Callable[[str], None]) -> RunResult:
     """Build the merged profile and summary of a multi-rank run and rename it into place (see the module doc)."""
     from dnnprof.analysis import run_metrics as metrics
-    from dnnprof.runs.finish import COMPLETE_STATUSES, RUN_FORMAT, _messages, _samples, summary_extras
+    from dnnprof.runs.finish import (
+        COMPLETE_STATUSES,
+        RUN_FORMAT,
+        _messages,
+        _samples,
+        close_run,
+        summary_extras,
+        write_summary,
+    )
 
     staging = rd.staging
     reason = ""
@@ -87,16 +93,6 @@ def finish_ranks(rd: RunDir, run_meta: dict[str, Any], config: CollectorConfig, 
         profile.save(staging / "profile")
         extras = summary_extras(col, _samples(ranks[summary_rank], col), complete=complete, status=status,
                                 mode=config.mode)
-        summary = dict(extras)
-        try:
-            analysis = analyse(profile, rank=summary_rank)
-            summary = with_findings(analysis, summary_document(analysis, extras))
-        except Exception as e:  # noqa: BLE001 - the capture is valid even when the analysis trips; say so
-            meta["summary_error"] = f"{type(e).__name__}: {e}"
-            messages.append(f"summary failed ({type(e).__name__}: {e}); the profile itself is fine")
-        write_json_atomic(staging / "summary.json", summary)
-    meta["files"] = sorted(p.name if p.is_file() else p.name + "/" for p in staging.iterdir())
-    write_json_atomic(staging / "meta.json", meta)
-    final = rd.finish(complete, reason)
-    return RunResult(run_dir=final, complete=complete, status=status, exit_code=int(run_meta.get("exit_code", 0)),
-                     interrupted=bool(run_meta.get("interrupted")), messages=messages, summary=summary, meta=meta)
+        summary = write_summary(staging, profile, summary_rank, extras, meta, messages)
+    return close_run(staging, rd, meta, complete=complete, reason=reason, status=status, run_meta=run_meta,
+                     messages=messages, summary=summary)

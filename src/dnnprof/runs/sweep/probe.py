@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dnnprof.collect.environment import cpu_name
 from dnnprof.collect.limits import MemoryLimit, apply_cuda_limit, host_memory_peaks
 from dnnprof.collect.trial_failure import Failure, classify_exception
 from dnnprof.runs.sweep.stats import percentile
@@ -68,24 +69,10 @@ def _nvml_means(sampler: Any) -> dict[str, Any]:
 
 def _device_info(torch: Any, device: str) -> dict[str, Any]:
     if device != "cuda" or not torch.cuda.is_available():
-        return {"kind": "cpu", "name": _cpu_name(), "memory_bytes": _host_ram(), "cores": os.cpu_count()}
+        return {"kind": "cpu", "name": cpu_name(), "memory_bytes": _host_ram(), "cores": os.cpu_count()}
     p = torch.cuda.get_device_properties(torch.cuda.current_device())
     return {"kind": "cuda", "name": p.name, "memory_bytes": int(p.total_memory),
             "compute_capability": f"{p.major}.{p.minor}", "sm_count": int(p.multi_processor_count)}
-
-
-def _cpu_name() -> str:
-    """The CPU model (``/proc/cpuinfo``), else the machine type."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.machine()
 
 
 def _host_ram() -> int | None:
