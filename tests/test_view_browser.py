@@ -116,10 +116,23 @@ class Server:
         self.sock.close()
 
 
+def _recording(tmp: Path) -> Path:
+    """A ``dnnprof monitor --record`` file of two GPUs: the measured H100 spin on GPU 0, a GEMM on GPU 1."""
+    from dnnprof.model.gpu_samples import GpuFrame, SampleTable
+
+    table = SampleTable()
+    for k in range(20):
+        for gpu, values in ((0, {"gpu_util_pct": 100.0, "sm_active_pct": 0.76, "sm_occupancy_pct": 0.01}),
+                            (1, {"gpu_util_pct": 99.7, "sm_active_pct": 96.1, "tensor_active_pct": 93.2})):
+            table.add(GpuFrame(gpu=gpu, t_s=0.5 * k, unix_time_s=1.8e9 + 0.5 * k, values=values))
+    return table.write(tmp / "monitor.parquet")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("view")
-    s = Server([RUN, DDP, _sweep(tmp), _hostile_trace(tmp), DDP_FORWARD, _hostile_memory_trace(tmp)], tmp / "cache")
+    s = Server([RUN, DDP, _sweep(tmp), _hostile_trace(tmp), DDP_FORWARD, _hostile_memory_trace(tmp),
+                _recording(tmp)], tmp / "cache")
     yield s
     s.stop()
 
@@ -172,6 +185,19 @@ def test_every_view_of_a_two_rank_folder_and_a_sweep(browser, server, shots) -> 
     page.click('#tabs button[data-id="sweep"]')
     page.wait_for_selector("#view-sweep .chart")
     assert page.locator("#view-sweep .chart").count() >= 3
+    page.close()
+
+
+def test_a_monitor_recording_shows_its_gpu_counters(browser, server, shots) -> None:
+    page, errors, _ = _open(browser, server.url)
+    page.wait_for_selector("#tabs button")
+    _pick(page, "monitor.parquet")
+    ids = _visit_all(page, errors, shots, "recording")
+    assert "counters" in ids and "kernels" not in ids and "overview" not in ids
+    page.click('#tabs button[data-id="counters"]')
+    page.wait_for_selector("#view-counters .chart")
+    text = page.inner_text("#view-counters")
+    assert "Over the whole recording" in text and "sm_active_pct (GPU 0)" in text and "tensor_active_pct (GPU 1)" in text
     page.close()
 
 

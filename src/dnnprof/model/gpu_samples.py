@@ -164,3 +164,25 @@ def read_samples(path: str | Path) -> dict[str, list[object]]:
             else:
                 out[h].append(float(v) if v != "" else None)
     return out
+
+
+def is_recording(path: str | Path) -> bool:
+    """True when ``path`` is a ``dnnprof monitor --record`` file: a .parquet or .csv whose columns are the
+    recording's (``t_s``, ``gpu``, ``gpu_util_pct`` …)."""
+    target = Path(path)
+    suffix = target.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            names = set(pq.read_schema(target).names)
+        elif suffix == ".csv":
+            with open(target, newline="") as f:
+                names = set(next(csv.reader(f), []))
+        else:
+            return False
+    except (OSError, ValueError, StopIteration, UnicodeDecodeError):
+        return False
+    except Exception:  # noqa: BLE001 - pyarrow's own errors on a file that is not Parquet: not a recording
+        return False
+    return {"t_s", "gpu", "gpu_util_pct"} <= names

@@ -56,6 +56,8 @@ class Store:
                 item["ranks"] = inp.view.get("ranks", [0])
                 item["rank"] = inp.view.get("rank", 0)
                 item["has_samples"] = bool(inp.view.get("samples"))
+            elif inp.kind == "recording":
+                item["has_samples"] = bool(inp.view.get("samples"))
             out.append(item)
         return {"inputs": out}
 
@@ -72,6 +74,11 @@ class Store:
             if not 0 <= i < len(self.inputs) or self.inputs[i].kind != "sweep":
                 raise NotFound(what)
             return self.inputs[i].sweep
+        if 0 <= i < len(self.inputs) and self.inputs[i].kind == "recording":
+            if name != "samples":
+                raise NotFound(what)
+            view = self.inputs[i].view
+            return {"series": view.get("samples", {}), "summary": view.get("samples_summary")}
         q = self.queries(i)
         if name == "overview":
             return q.overview()

@@ -30,7 +30,7 @@ class Input:
     """One input as the server knows it: its label, and the cache folder (profiles) or report (sweeps)."""
 
     label: str
-    kind: str  # "profile" or "sweep"
+    kind: str  # "profile", "sweep" or "recording" (a dnnprof monitor --record file)
     cache: Path | None = None
     view: dict[str, Any] = field(default_factory=dict)
     sweep: dict[str, Any] | None = None
@@ -89,11 +89,40 @@ def prepared(path: Path, rank: int | None = None, root: Path | None = None) -> P
     return out
 
 
+def recording_view(path: Path) -> dict[str, Any]:
+    """A monitor recording as the GPU-counters view reads it: a series per metric (per GPU when there are several;
+    empty values left out) and its mean / p90 / max."""
+    import numpy as np
+
+    from dnnprof.model.gpu_samples import METRIC_NAMES, read_samples
+
+    cols = read_samples(path)
+    gpus = sorted({int(g) for g in cols.get("gpu", [])})
+    t = np.asarray(cols.get("t_s", []), dtype=float)
+    g = np.asarray(cols.get("gpu", []), dtype=int)
+    series: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+    for name in METRIC_NAMES:
+        if name not in cols:
+            continue
+        v = np.asarray([np.nan if x is None else float(x) for x in cols[name]], dtype=float)
+        for gpu in gpus:
+            sel = (g == gpu) & np.isfinite(v)
+            if not sel.any():
+                continue
+            label = name if len(gpus) == 1 else f"{name} (GPU {gpu})"
+            series[label] = {"t_s": t[sel].round(3).tolist(), "value": v[sel].round(3).tolist()}
+            metrics[label] = {"mean": round(float(v[sel].mean()), 3), "p90": round(float(np.percentile(v[sel], 90)), 3),
+                              "max": round(float(v[sel].max()), 3)}
+    return {"samples": series, "samples_summary": {"metrics": metrics, "window": "the whole recording"}}
+
+
 def open_inputs(paths: list[Path], rank: int | None = None, root: Path | None = None) -> list[Input]:
     """Every input, prepared; InputError names the first that cannot be shown."""
     from dnnprof.analysis.sweep_report import sweep_report
     from dnnprof.ingest.detect import kind_of
     from dnnprof.ingest.errors import TraceError
+    from dnnprof.model.gpu_samples import is_recording
 
     out: list[Input] = []
     for p in paths:
@@ -102,6 +131,9 @@ def open_inputs(paths: list[Path], rank: int | None = None, root: Path | None = 
         sweep = _sweep_doc(p)
         if sweep is not None:
             out.append(Input(label=p.name or str(p), kind="sweep", sweep=sweep_report(sweep)))
+            continue
+        if p.is_file() and is_recording(p):
+            out.append(Input(label=p.name, kind="recording", view=recording_view(p)))
             continue
         try:
             kind = kind_of(p)

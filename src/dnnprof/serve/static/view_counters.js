@@ -14,7 +14,7 @@
       DV.lines(e2, [{ label: n, x: s.series[n].t_s, y: s.series[n].value }], "s", n);
     }
     const m = (s.summary && s.summary.metrics) || {};
-    root.append(panel("Over the timed steps", DV.table([{ key: "k", label: "metric" }, { key: "mean", label: "mean", cls: "num", fmt: (v) => num(v) },
+    root.append(panel((s.summary && s.summary.window) === "the whole recording" ? "Over the whole recording" : "Over the timed steps", DV.table([{ key: "k", label: "metric" }, { key: "mean", label: "mean", cls: "num", fmt: (v) => num(v) },
       { key: "p90", label: "p90", cls: "num", fmt: (v) => num(v) }, { key: "max", label: "max", cls: "num", fmt: (v) => num(v) }], Object.entries(m).map(([k, v]) => ({ k, ...v })))));
-  }, (inp) => DV.isProfile(inp) && inp.has_samples);
+  }, (inp) => (DV.isProfile(inp) && inp.has_samples) || (inp && inp.kind === "recording"));
 })(window.DV);
