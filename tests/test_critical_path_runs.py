@@ -57,7 +57,8 @@ def test_real_h100_straggler_waits_on_host_before_backward() -> None:
     assert (v["rank"], v["phase"], v["steps"], v["of_steps"]) == (1, "host", 3, 3)
     assert 10_000 < v["excess_us_per_step"] < 20_000  # the 15 ms sleep
     rows = {r["rank"]: r for r in path["per_rank"]}
-    assert rows[0]["wait_us_per_step"] > 30_000 and rows[1]["wait_us_per_step"] == 0
+    # per step its longest wait (the sleep and the host time around it), not the sum over the step's collectives
+    assert 15_000 < rows[0]["wait_us_per_step"] < 30_000 and rows[1]["wait_us_per_step"] == 0
     assert rows[0]["exposed_comm_us_per_step"] > rows[1]["exposed_comm_us_per_step"]
 
 

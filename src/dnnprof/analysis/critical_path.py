@@ -6,7 +6,11 @@
 * **Matching:** a process group runs its collectives in the same order on every rank, and every rank counts steps
   the same way, so the k-th collective of step s on one rank is the k-th of step s on the others; instances that
   are not seen on every rank are left out.
-* **Wait:** in one instance, a rank waits ``last arrival − its arrival``; the last rank waits nothing.
+* **Arrival** on a GPU rank: when its collective kernel was ready to run — the later of its launch and the end of
+  the rank's last kernel launched before it — not the kernel's start, which queues behind the rank's earlier
+  collectives on their stream (:func:`collective_arrivals`).
+* **Wait:** in one instance, a rank waits ``last arrival − its arrival``; the last rank waits nothing. Per rank and
+  step, its longest wait (several collectives can be in flight at once: their waits overlap).
 * **Critical path of a step:** the instance with the largest spread of arrivals; its last rank made the others
   wait. Why it was late: for every rank, the time from the step's previous synchronisation point (the end of the
   previous step's last instance — the ranks leave a collective together — else the rank's own step start) to its
@@ -64,6 +68,39 @@ def collective_spans(p: Profile, rank: int) -> tuple[np.ndarray, np.ndarray, np.
     sel = sel[np.argsort(ops["start_ns"][sel], kind="stable")]
     s = ops["start_ns"][sel]
     return s, s + ops["dur_ns"][sel], ops["tid"][sel]
+
+
+def collective_arrivals(p: Profile, rank: int) -> np.ndarray | None:
+    """When each collective kernel of a GPU rank (in :func:`collective_spans`' order) was ready to run: the later of
+    its host launch and the end of the rank's last other kernel launched before it (the work its data waits on).
+    A collective kernel that queued behind an earlier one on its stream starts later than that: taking its start
+    as the arrival would hide every delay after a rank's first collective of a step (DDP's later buckets carry a
+    slow backward's excess). ``min(start, ready)``; None on a rank without kernels."""
+    k = p.tables["kernels"]
+    rows = np.flatnonzero(k["rank"] == rank)
+    if not rows.size:
+        return None
+    coll = collective_mask(p, rows)
+    crow, orow = rows[coll], rows[~coll]
+    crow = crow[np.argsort(k["start_ns"][crow], kind="stable")]
+    start = k["start_ns"][crow].astype(np.int64)
+    rt_start = p.tables["runtime"]["start_ns"]
+
+    def launched(r: np.ndarray) -> np.ndarray:
+        lr = k["launch_row"][r].astype(np.int64)
+        ok = (lr >= 0) & (lr < rt_start.size)
+        return np.where(ok, rt_start[np.clip(lr, 0, max(rt_start.size - 1, 0))] if rt_start.size else 0, -1)
+
+    c_launch = launched(crow)
+    o_launch = launched(orow)
+    has = o_launch >= 0
+    o_launch, o_end = o_launch[has], (k["start_ns"][orow] + k["dur_ns"][orow])[has].astype(np.int64)
+    order = np.argsort(o_launch, kind="stable")
+    o_launch, o_end = o_launch[order], np.maximum.accumulate(o_end[order]) if order.size else o_end
+    i = np.searchsorted(o_launch, c_launch, side="left") - 1
+    prev_end = np.where(i >= 0, o_end[np.clip(i, 0, None)] if o_end.size else 0, np.iinfo(np.int64).min)
+    ready = np.maximum(c_launch, prev_end)
+    return np.where(c_launch >= 0, np.minimum(start, ready), start)
 
 
 def _steps(p: Profile, rank: int, on_gpu: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -245,6 +282,9 @@ def rank_part(p: Profile, rank: int, feats: dict[str, np.ndarray] | None = None,
     """
     s, e, _ = collective_spans(p, rank)
     on_gpu = bool((p.tables["kernels"]["rank"] == rank).any())
+    arrived = collective_arrivals(p, rank)
+    if arrived is not None and arrived.size == s.size:
+        s = arrived
     numbers, ss, se = _steps(p, rank, on_gpu)
     idx = np.searchsorted(ss, s, side="right") - 1
     ok = (idx >= 0) & (s < se[np.clip(idx, 0, None)]) if ss.size else np.zeros(s.size, dtype=bool)
@@ -375,7 +415,7 @@ def reduce_parts(parts: dict[int, dict[str, Any]], spent_of: SpentOf) -> dict[st
     for r in ranks:
         comm, over = parts[r]["comm_ns"], parts[r]["overlapped_ns"]
         rows.append({"rank": r, "collectives": len(per[r]["keys"]),
-                     "wait_us_per_step": _r(sum(i["wait_ns"][r] for i in instances) / 1000 / n),
+                     "wait_us_per_step": _r(_wait_per_step_ns(instances, r) / 1000 / n),
                      "comm_us_per_step": _r(comm / 1000 / n), "overlapped_comm_us_per_step": _r(over / 1000 / n),
                      "exposed_comm_us_per_step": _r((comm - over) / 1000 / n),
                      "last_arrivals": sum(1 for i in instances if i["last_rank"] == r and max(i["wait_ns"].values())
@@ -389,9 +429,21 @@ def reduce_parts(parts: dict[int, dict[str, Any]], spent_of: SpentOf) -> dict[st
         verdict = {"rank": rank, "phase": phase, "layer": layers.most_common(1)[0][0] if layers else None,
                    "steps": count, "of_steps": len(steps_out),
                    "wait_us_per_step": _r(float(np.median([x["wait_us"] for x in mine_steps]))),
-                   "excess_us_per_step": _r(float(np.median([x["phase_excess_us"][phase] for x in mine_steps])))}
+                   "excess_us_per_step": _r(float(np.median([x["phase_excess_us"][phase] for x in mine_steps]))),
+                   "phase_excess_us_per_step": {k: _r(float(np.median([x["phase_excess_us"][k] for x in mine_steps])))
+                                                for k in PHASES}}
     return {"matched_by": "step_and_order", "instances": len(instances), "per_rank": rows, "steps": steps_out,
             "verdict": verdict}
+
+
+def _wait_per_step_ns(instances: list[dict[str, Any]], rank: int) -> int:
+    """The time a rank waited for others, in ns, summed over steps: per step its longest wait in one instance.
+    Waits of collectives in flight together overlap (DDP's buckets: a rank ready for every bucket early waits for
+    all of them at once, computing meanwhile), so neither their sum nor their union is time the rank lost."""
+    worst: dict[int, int] = {}
+    for i in instances:
+        worst[i["step"]] = max(worst.get(i["step"], 0), int(i["wait_ns"][rank]))
+    return sum(worst.values())
 
 
 def _shifted(part: dict[str, Any]) -> dict[str, list[Any]]:

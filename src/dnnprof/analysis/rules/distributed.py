@@ -191,16 +191,22 @@ def rank_late_phase(ctx: Context) -> Finding | None:
         "host": "Its host does something the others do not (logging, checkpointing, .item() syncs, rank-0-only "
                 "code) or runs slower (CPU/NUMA binding).",
     }
+    also = ""
+    excess = v.get("phase_excess_us_per_step") or {}
+    second = max((k for k in excess if k != v["phase"]), key=lambda k: excess[k], default=None)
+    if second and excess[second] >= 0.25 * max(v["excess_us_per_step"], 1e-9) and excess[second] > 0:
+        also = f", and {excess[second] / 1000:.2f} ms more in {second.replace('_', ' ')}"
     return Finding(
         id="rank-late-phase",
         title=f"Rank {v['rank']} makes the others wait {v['wait_us_per_step'] / 1000:.1f} ms per step: its {where}",
         summary=(f"in {v['steps']} of {v['of_steps']} steps rank {v['rank']} reaches the collectives last; it spends "
-                 f"{v['excess_us_per_step'] / 1000:.2f} ms more in {where} than the median rank before arriving"),
+                 f"{v['excess_us_per_step'] / 1000:.2f} ms more in {where}{also} than the median rank before arriving"),
         recommendation=fixes.get(v["phase"], fixes["host"]),
         est_gain_pct=min(share, 100.0),
         how_estimated="The others' median wait for that rank per step / the median step time: what they gain when "
                       "it arrives on time.",
         evidence={"rank": v["rank"], "phase": v["phase"], "layer": v.get("layer"), "steps": v["steps"],
                   "of_steps": v["of_steps"], "wait_us_per_step": v["wait_us_per_step"],
-                  "excess_us_per_step": v["excess_us_per_step"], "step_us": step},
+                  "excess_us_per_step": v["excess_us_per_step"],
+                  "phase_excess_us_per_step": v.get("phase_excess_us_per_step"), "step_us": step},
     )
