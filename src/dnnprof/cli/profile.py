@@ -26,7 +26,8 @@ def profile(
     batch_size: int | None = typer.Option(None, "--batch-size", help="Samples per step (default: the workload's)."),
     precision: str | None = typer.Option(None, "--precision",
                                          help="fp64|fp32|tf32|fp16|bf16|amp-fp16|amp-bf16 (default fp32)."),
-    mode: str | None = typer.Option(None, "--mode", help="train|infer (default train)."),
+    mode: str | None = typer.Option(None, "--mode", help="train|infer|generate (default train; generate, GPT-2 "
+                                                         "only: a prompt prefill then greedy decode iterations)."),
     # Not sweep's --device (auto by default) nor device's --device (an index): a workload knob, None = its default.
     device: str | None = typer.Option(None, "--device", help="cuda|cpu (default cuda)."),
     steps: int = opt.steps(),

@@ -118,6 +118,11 @@ class Workload:
         """Inference forward of ``batch`` (already on the device); runs under ``inference_mode``."""
         raise NotImplementedError
 
+    def generate(self, batch: dict[str, torch.Tensor]) -> Any:
+        """Generate mode: a prefill over the batch's prompts, then one decode iteration per new token (runs under
+        ``inference_mode``); only language models that list ``generate`` among their modes implement it."""
+        raise NotImplementedError
+
     def scores(self, batch: dict[str, torch.Tensor]) -> Any:
         """The inference forward's raw outputs (logits, before any argmax decoding): what ``dnnprof bench`` times
         and compares across backends. Defaults to ``infer``."""
@@ -133,12 +138,16 @@ class Workload:
 
     # ----- the step -------------------------------------------------------------------------------------
     def step(self) -> None:
-        """Run one iteration: next batch to the device, then a training step or an inference forward."""
+        """Run one iteration: next batch to the device, then a training step, an inference forward or (generate
+        mode) one generated sequence per batch item."""
         with phase("data"):
             cpu_batch = self._batches.next()
             batch = self.to_device(cpu_batch)
         if self.training:
             self.train_step(batch)
+        elif self.config.mode == "generate":
+            with torch.inference_mode(), self.autocast(), phase("forward"):
+                self.generate(batch)
         else:
             with torch.inference_mode(), self.autocast(), phase("forward"):
                 self.infer(batch)

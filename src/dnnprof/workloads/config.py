@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnprof.workloads.errors import InvalidConfig
-from dnnprof.workloads.registry import DEVICES, MODES, PRECISIONS, WorkloadSpec
+from dnnprof.workloads.registry import DEVICES, GENERATE_MODES, PRECISIONS, WorkloadSpec
 
 #: Worker processes when ``num_workers`` is not given: data loading overlaps the GPU step on CUDA and
 #: stays in the main process (deterministic, no fork) on CPU.
@@ -25,7 +25,8 @@ class WorkloadConfig:
         precision: one of ``PRECISIONS``. ``fp64/fp16/bf16`` cast model and inputs; ``amp-*`` use
             ``torch.autocast`` (plus ``GradScaler`` for fp16); ``tf32`` is fp32 with TF32 math on,
             ``fp32`` turns TF32 off.
-        mode: ``train`` (forward, loss, backward, optimizer step) or ``infer`` (forward under inference_mode).
+        mode: ``train`` (forward, loss, backward, optimizer step), ``infer`` (forward under inference_mode) or, for
+            GPT-2, ``generate`` (a prompt prefill then greedy decode iterations with a static KV cache).
         device: ``cuda`` or ``cpu``.
         data_dir: folder of real files (.wav, images or .txt) instead of synthetic data.
         num_workers: DataLoader worker processes; ``None`` means 2 on CUDA and 0 on CPU.
@@ -110,7 +111,7 @@ def knob_rows() -> list[dict[str, str]]:
     """Every knob with its default and choices, as table rows (all values strings)."""
     choices = {
         "precision": "|".join(PRECISIONS),
-        "mode": "|".join(MODES),
+        "mode": "|".join(GENERATE_MODES) + " (generate: GPT-2 only)",
         "device": "|".join(DEVICES),
         "batch_size": "integer >= 1 (default: the workload's)",
         "data_dir": "folder of .wav / image / .txt files (default: synthetic data)",

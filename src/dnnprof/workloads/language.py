@@ -61,9 +61,28 @@ class _TextWorkload(Workload):
 
 
 class GPT2Workload(_TextWorkload):
-    """GPT-2 causal language modelling; throughput in tokens per second."""
+    """GPT-2 causal language modelling; throughput in tokens per second (in ``generate`` mode: generated tokens;
+    one step is one generated sequence per batch item: a prefill over the first ``prompt_len`` tokens of the
+    batch's blocks, then ``new_tokens - 1`` greedy decode iterations, see ``workloads.generate``)."""
 
     implementation = "transformers.GPT2LMHeadModel"
+    _generator: Any = None
+
+    @property
+    def _generating(self) -> bool:
+        return self.config.mode == "generate"
+
+    def nominal_items_per_step(self) -> float:
+        if self._generating:
+            return float(self.batch_size * self.params["new_tokens"])
+        return super().nominal_items_per_step()
+
+    @property
+    def input_desc(self) -> str:
+        if self._generating:
+            return (f"{self.batch_size} x {self.params['prompt_len']} prompt tokens, "
+                    f"{self.params['new_tokens']} generated")
+        return super().input_desc
 
     def build_model(self) -> nn.Module:
         tf = _transformers(self.spec.name)
@@ -76,7 +95,7 @@ class GPT2Workload(_TextWorkload):
             n_head=p["n_head"],
             bos_token_id=BOS,
             eos_token_id=EOS,
-            use_cache=False,
+            use_cache=self._generating,
         )
         model = tf.GPT2LMHeadModel(config)
         model.loss_type = "ForCausalLM"  # the class name maps to no loss; say which, instead of a warning
@@ -91,6 +110,18 @@ class GPT2Workload(_TextWorkload):
 
     def infer(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model(input_ids=batch["input_ids"]).logits
+
+    def generate(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        from dnnprof.workloads.generate import GreedyGenerator
+
+        p = self.params
+        prompt = batch["input_ids"][:, : p["prompt_len"]]
+        if self._generator is None or self._generator.batch != prompt.shape[0]:
+            # The cache is sized once (a smaller last batch from a real-text folder gets its own).
+            self._generator = GreedyGenerator(
+                self.model, self.model.config, batch=prompt.shape[0], prompt_len=p["prompt_len"],
+                new_tokens=p["new_tokens"], device=self.device, dtype=self.plan.param_dtype)
+        return self._generator(prompt)
 
 
 class MaskedLM(Dataset):

@@ -17,6 +17,8 @@ from dnnprof.workloads.errors import UnknownWorkload
 #: Precisions every workload accepts (the device may still refuse some; see ``UnsupportedConfig``).
 PRECISIONS: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16")
 MODES: tuple[str, ...] = ("train", "infer")
+#: What a causal language model runs in addition: prefill + greedy decode iterations with a KV cache.
+GENERATE_MODES: tuple[str, ...] = (*MODES, "generate")
 DEVICES: tuple[str, ...] = ("cuda", "cpu")
 #: Throughput units: samples, seconds of audio, or tokens processed per second of wall time.
 UNITS: tuple[str, ...] = ("samples/s", "audio_s/s", "tokens/s")
@@ -110,8 +112,11 @@ _SPECS: list[WorkloadSpec] = [
         description="GPT-2 124M causal LM (transformers GPT2LMHeadModel, random init)",
         domain="language", unit="tokens/s", data_kind="text", batch=(8, 4),
         builder="language:GPT2Workload", requires=("transformers",),
-        full={"seq_len": 512, "n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "n_positions": 1024},
-        tiny={"seq_len": 64, "n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 260, "n_positions": 64},
+        full={"seq_len": 512, "n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "n_positions": 1024,
+              "prompt_len": 128, "new_tokens": 128},
+        tiny={"seq_len": 64, "n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 260, "n_positions": 64,
+              "prompt_len": 16, "new_tokens": 16},
+        modes=GENERATE_MODES,
         source="Radford et al. 2019; transformers GPT2Config defaults",
         optimizer="AdamW(lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)",
     ),
