@@ -18,6 +18,7 @@ from dnnprof.analysis.host_ops import host_ops
 from dnnprof.analysis.kernel_summary import KernelRow, group_by, kernel_summary
 from dnnprof.analysis.occupancy import kernel_occupancy
 from dnnprof.analysis.ranks import rank_overview
+from dnnprof.analysis.serving import serving_loop
 from dnnprof.analysis.steps import step_source, with_steps
 from dnnprof.analysis.utilization import Utilization, utilization
 from dnnprof.model.device import DeviceInfo
@@ -165,6 +166,9 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
     roofline = _roofline_json(p, rank, dev)
     if roofline is not None:
         doc["roofline"] = roofline
+    serving = serving_loop(p, a.attribution, rank)
+    if serving is not None:  # prefill/decode iterations of an inference server or generate loop
+        doc["serving"] = serving
     memory = _memory_events_json(p, rank)
     if memory is not None:
         doc["memory_events"] = memory
