@@ -30,6 +30,9 @@ SHORT_KERNEL_NS = 10_000
 #: Host-launch gaps longer than this are not launch overhead but host work between launches (data preparation,
 #: Python logic, logging); they count for ``gpu-idle`` as ``host_work``, not for ``launch-bound``.
 LAUNCH_GAP_MAX_NS = 1_000_000
+#: When CUDA-graph replays launched at least this share of the kernel time, the step already runs as graphs: the
+#: launch gaps left are outside them (host work between replays), and capturing graphs is no advice.
+GRAPH_LAUNCHED_MIN_SHARE = 0.5
 #: Gaps listed as evidence.
 TOP_N = 5
 #: Which rule explains each idle cause, for the gpu-idle evidence.
@@ -249,7 +252,9 @@ def launch_bound(ctx: Context) -> Finding | None:
     time and at least ``LAUNCH_BOUND_MIN_SHORT_SHARE`` of the kernels are short.
     Fix: capture the step in a CUDA graph (``torch.compile(mode="reduce-overhead")`` or
     ``torch.cuda.graphs``), fuse small ops with ``torch.compile``, use fused/foreach optimizers, raise the batch
-    size so each launch does more work.
+    size so each launch does more work. When CUDA-graph replays (``cudaGraphLaunch``, or kernels with a graph id)
+    already run ``GRAPH_LAUNCHED_MIN_SHARE`` of the kernel time, the launch cost left is outside the graphs: the
+    finding says so and advises moving the host work between replays off the critical path instead.
     """
     if not ctx.window_ns:
         return None
@@ -273,17 +278,34 @@ def launch_bound(ctx: Context) -> Finding | None:
                               & ((rt["step"] >= 0) if ctx.has_steps else True))
     launch_us = float(rt["dur_ns"][launches].mean() / 1e3) if launches.size else None
     graphs = int((k["graph_id"][sel] >= 0).sum())
+    lr = k["launch_row"][sel]
+    by_graph = k["graph_id"][sel] >= 0
+    if rt["api_kind"].size:  # launched by a cudaGraphLaunch (Kineto often records no graph id on replays)
+        by_graph |= (lr >= 0) & (rt["api_kind"][np.clip(lr, 0, rt["api_kind"].size - 1)]
+                                 == API_KINDS.index("graph_launch"))
+    graph_pct = 100.0 * float(d[by_graph].sum()) / float(d.sum()) if d.sum() else 0.0
+    in_graphs = graph_pct >= 100.0 * GRAPH_LAUNCHED_MIN_SHARE
     per_step = d.size / ctx.n_windows
+    if in_graphs:
+        title = f"Host-bound outside the CUDA graphs: the GPU waits for the next launch {share:.0f}% of the step"
+        recommendation = (f"CUDA-graph replays already launch {graph_pct:.0f}% of the kernel time, so the launch cost "
+                          "left is outside the graphs: the host work between replays (Python loop, sampling, "
+                          "copying the next inputs in, eager ops). Capture that work into the graph too, run several "
+                          "iterations per replay, or prepare the next iteration while the current replay runs."
+                          + _capture_caveat(ctx, "launch cost"))
+    else:
+        title = f"Host-bound: the GPU waits for kernel launches {share:.0f}% of the step"
+        recommendation = ("Cut per-kernel host overhead: capture the step in a CUDA graph "
+                          "(torch.compile(model, mode='reduce-overhead') or torch.cuda.CUDAGraph), fuse small ops "
+                          "with torch.compile, use fused optimizers, or raise the batch size so each launch does more "
+                          "work." + _capture_caveat(ctx, "launch cost"))
     return Finding(
         id="launch-bound",
-        title=f"Host-bound: the GPU waits for kernel launches {share:.0f}% of the step",
+        title=title,
         summary=(f"{per_step:.0f} kernels per step, median {np.median(d) / 1e3:.1f} µs, {short:.0%} shorter than "
                  f"{SHORT_KERNEL_NS // 1000} µs; {ns_brief_text(idle)} of idle waiting for the next launch"
                  + _capture_clause(ctx)),
-        recommendation=("Cut per-kernel host overhead: capture the step in a CUDA graph "
-                        "(torch.compile(model, mode='reduce-overhead') or torch.cuda.CUDAGraph), fuse small ops with "
-                        "torch.compile, use fused optimizers, or raise the batch size so each launch does more work."
-                        + _capture_caveat(ctx, "launch cost")),
+        recommendation=recommendation,
         est_gain_pct=share,
         how_estimated=("Idle gaps that end with a kernel launched after the GPU ran dry and that no blocking call "
                        "explains, as a share of the step windows: what replaying the step as a CUDA graph (one "
@@ -291,7 +313,8 @@ def launch_bound(ctx: Context) -> Finding | None:
         evidence={"host_launch_idle_us": us(idle), "pct_of_step": round(measured, 2),
                   "kernels_per_step": round(per_step, 1), "median_kernel_us": round(float(np.median(d)) / 1e3, 2),
                   "short_kernel_share": round(short, 3), "mean_launch_call_us": launch_us,
-                  "graph_launched_kernels": graphs, "host_hotspots": _host_hotspots(ctx),
+                  "graph_launched_kernels": graphs, "graph_launched_kernel_pct": round(graph_pct, 2),
+                  "host_hotspots": _host_hotspots(ctx),
                   **_capture_evidence(ctx, net),
                   **({} if net is None else {"pct_of_step_net_of_capture": round(share, 2)})},
         top=_top_gaps(ctx, (tl.cause == CAUSES.index("host_launch")) & (tl.blamed_ns == 0)
