@@ -62,6 +62,8 @@ def _header(doc: dict[str, Any]) -> Panel:
                      f"median {us_text(steps.get('median_us'))}{cv}\n")
     else:
         lines.append("steps: none found — the whole trace is one window\n", style="yellow")
+    if doc.get("serving"):
+        lines.append(_serving_text(doc["serving"]) + "\n")
     if not gpu.get("has_activity", True):
         lines.append(gpu.get("activity_note") or "no GPU activity in this trace (CPU-only profile)", style="yellow")
         return Panel(lines, title="dnnprof", expand=False)
@@ -89,6 +91,25 @@ def _header(doc: dict[str, Any]) -> Panel:
                  f"attribution: {doc.get('attribution', {}).get('level', '?')} level, "
                  f"{pct_text(doc.get('attribution', {}).get('attributed_pct'))} of kernel time")
     return Panel(lines, title="dnnprof", expand=False)
+
+
+def _serving_text(s: dict[str, Any]) -> str:
+    """One line of the serving section: prefill, decode and the time per output token with its split."""
+    def ms(x: float | None) -> str:
+        return us_text(None if x is None else 1000.0 * x)
+
+    pre = s.get("prefill")
+    dec = s["decode"]
+    text = "serving loop: "
+    if pre:
+        text += f"prefill {pre['iterations']}x, median {ms(pre['median_ms'])}; "
+    text += (f"decode {dec['iterations']}x, {ms(s['time_per_output_token_ms'])} per output token "
+             f"({s.get('decode_tokens_per_s')} tokens/s per sequence)")
+    b = s.get("time_per_output_token_breakdown_ms")
+    if b:
+        text += (f": compute {ms(b['compute_ms'])}, communication {ms(b['communication_ms'])}, "
+                 f"idle {ms(b['idle_ms'])}")
+    return text
 
 
 def _fitted(title: Any, columns: list[tuple[str, str]], rows: list[list[str]], flexible: dict[int, int],
