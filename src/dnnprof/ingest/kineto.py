@@ -77,6 +77,17 @@ class _Args(msgspec.Struct, gc=False):
     est_occupancy: float | None = _F(name="est. achieved occupancy %", default=None)
     bytes: _I64 | None = None
     graph_id: _I64 | None = _F(name="graph id", default=None)
+    # a collective's description (torch.distributed), on its record_param_comms op and NCCL kernel: any JSON type,
+    # read by ingest.collectives
+    seq: Any = _F(name="Seq", default=None)
+    coll_name: Any = _F(name="Collective name", default=None)
+    in_nelems: Any = _F(name="In msg nelems", default=None)
+    out_nelems: Any = _F(name="Out msg nelems", default=None)
+    group_size: Any = _F(name="Group size", default=None)
+    dtype: Any = None
+    pg_name: Any = _F(name="Process Group Name", default=None)
+    pg_desc: Any = _F(name="Process Group Description", default=None)
+    pg_ranks: Any = _F(name="Process Group Ranks", default=None)
 
 
 class _LenientArgs(msgspec.Struct, gc=False):
@@ -99,6 +110,15 @@ class _LenientArgs(msgspec.Struct, gc=False):
     est_occupancy: Any = _F(name="est. achieved occupancy %", default=None)
     bytes: Any = None
     graph_id: Any = _F(name="graph id", default=None)
+    seq: Any = _F(name="Seq", default=None)
+    coll_name: Any = _F(name="Collective name", default=None)
+    in_nelems: Any = _F(name="In msg nelems", default=None)
+    out_nelems: Any = _F(name="Out msg nelems", default=None)
+    group_size: Any = _F(name="Group size", default=None)
+    dtype: Any = None
+    pg_name: Any = _F(name="Process Group Name", default=None)
+    pg_desc: Any = _F(name="Process Group Description", default=None)
+    pg_ranks: Any = _F(name="Process Group Ranks", default=None)
     total_reserved: Any = _F(name="Total Reserved", default=None)
     total_allocated: Any = _F(name="Total Allocated", default=None)
     alloc_bytes: Any = _F(name="Bytes", default=None)
@@ -346,6 +366,8 @@ def _coerce_args(a: _LenientArgs | None, tally: Counter[str]) -> _Args | None:
         v = getattr(a, f)
         kw[f] = None if v is None else str(v)
     kw["input_dims"] = a.input_dims
+    for f in ("seq", "coll_name", "in_nelems", "out_nelems", "group_size", "dtype", "pg_name", "pg_desc", "pg_ranks"):
+        kw[f] = getattr(a, f)  # any JSON type: ingest.collectives reads them leniently
     return _Args(**kw)
 
 

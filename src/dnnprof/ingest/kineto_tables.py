@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from dnnprof.ingest.collectives import CollectiveArgs, collectives_table
 from dnnprof.ingest.column_spill import NAME_COLUMNS, LazyTable, SpilledColumns
 from dnnprof.ingest.nesting import innermost_enclosing, nest
 from dnnprof.model.mapped_columns import release_pages
@@ -181,6 +182,8 @@ class EventColumns:
         self.flows: list[tuple[bool, Any, Any, Any]] = []  # fwdbwd flow points: (is_start, id, tid, ts_us)
         self.categories: Counter[str] = Counter()  # complete events per category as the file names it
         self.negative_durations = 0  # complete events with dur < 0, read as 0 long
+        self.collectives = CollectiveArgs()  # torch.distributed's args of collective ops and kernels
+        self._collective_rows: dict[str, tuple[np.ndarray, list[Any]]] = {}  # per table, set as it is sorted
         # Set by tables(): local string ids in order, local id → profile id ([-1] stays -1), the profile.
         self._keys: list[str] = []
         self._lut = np.empty(0, dtype=np.int32)
@@ -211,10 +214,14 @@ class EventColumns:
                 except AttributeError:  # an event without args
                     cols["correlation"] = _ints([(e.args or _NO_ARGS).correlation for e in evs])
                     cols["cbid"] = _ints([(e.args or _NO_ARGS).cbid for e in evs])
-            elif table == "ops":
-                self._op_columns(cols, evs, [e.args or _NO_ARGS for e in evs])
             else:
-                self._gpu_columns(table, cols, evs, [e.args or _NO_ARGS for e in evs])
+                args = [e.args or _NO_ARGS for e in evs]
+                if table == "ops":
+                    self._op_columns(cols, evs, args)
+                else:
+                    self._gpu_columns(table, cols, evs, args)
+                if table in ("ops", "kernels"):
+                    self.collectives.add(cat, args)
             if self._spill is not None:
                 self._spill.append(cat, _narrow(table, cols))
             else:
@@ -242,6 +249,7 @@ class EventColumns:
         self.flows.extend(later.flows)
         self.categories.update(later.categories)
         self.negative_durations += later.negative_durations
+        self.collectives.extend(later.collectives)
 
     def add_memory(self, evs: list[Any]) -> None:
         """Columns of one chunk's ``[memory]`` instants (allocations > 0 bytes, frees < 0), in file order."""
@@ -323,6 +331,9 @@ class EventColumns:
                 link_by_correlation(t, runtime)
             done()
         out["memory_events"] = self._memory_events(out["ops"], rank)
+        none = (np.empty(0, dtype=np.int64), [])
+        out["collectives"] = collectives_table(profile, rank, self._collective_rows.pop("kernels", none),
+                                               self._collective_rows.pop("ops", none))
         return out
 
     def _memory_events(self, ops: dict[str, np.ndarray], rank: int) -> dict[str, np.ndarray]:
@@ -405,6 +416,7 @@ class EventColumns:
         # when two ops of different categories tied on both; none of the recorded traces has such a tie.)
         order = np.argsort(-cols["dur"], kind="stable")
         order = order[np.argsort(cols["ts"][order], kind="stable")]
+        self._collective_rows["ops"] = self.collectives.rows_of(counts, order)
         t = self._start("ops", cols, order, rank)
         cats = np.concatenate([np.full(n, OP_CATEGORIES.index(c), dtype=np.int8) for c, n in counts])
         self._fill(t["tid"], cols.pop("tid"), order)
@@ -440,6 +452,8 @@ class EventColumns:
         if not counts:
             return empty_table(table, 0)
         order = np.argsort(cols["ts"], kind="stable")
+        if table == "kernels":
+            self._collective_rows[table] = self.collectives.rows_of(counts, order)
         t = self._start(table, cols, order, rank)
         self._fill(t["device"], cols.pop("device"), order)
         self._fill(t["stream"], cols.pop("stream"), order)

@@ -182,6 +182,22 @@ TABLES: dict[str, tuple[Column, ...]] = {
         ("op_row", "int32", "innermost CPU op on the same thread enclosing the event, -1 if none"),
         ("step", "int32", "iteration number, -1 outside (and for events of a joined full-detail window)"),
     ),
+    "collectives": _cols(
+        *_WHERE,
+        ("kernel_row", "int32", "the collective's kernel in `kernels` (an NCCL kernel), -1 when it is a host op"),
+        ("op_row", "int32", "the collective's op in `ops` (`record_param_comms`), -1 when it is a kernel"),
+        ("name_id", "int32", "collective as torch.distributed names it (allreduce, allgather, broadcast, …)"),
+        ("pg_name_id", "int32", "process group name (`0` is the default group), -1 unknown"),
+        ("pg_desc_id", "int32", "process group description (`default_pg` …), -1 unknown"),
+        ("pg_ranks_id", "int32", "global ranks of the group as recorded (`[0, 1]`), -1 unknown"),
+        ("group_size", "int32", "ranks in the group, -1 unknown"),
+        ("seq", "int64", "the collective's sequence number in its group (Kineto `Seq`), -1 when not recorded"),
+        ("in_nelems", "int64", "elements in (Kineto `In msg nelems`), -1 unknown"),
+        ("out_nelems", "int64", "elements out (Kineto `Out msg nelems`), -1 unknown"),
+        ("dtype_id", "int32", "element type as torch names it (Float, BFloat16, …), -1 unknown"),
+        ("in_bytes", "int64", "in_nelems x element size, bytes (-1 unknown)"),
+        ("out_bytes", "int64", "out_nelems x element size, bytes (-1 unknown)"),
+    ),
 }
 
 
