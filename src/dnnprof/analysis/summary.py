@@ -13,6 +13,7 @@ import numpy as np
 
 from dnnprof.analysis.attribution import PHASES, Attribution, attribute
 from dnnprof.analysis.checks import profile_checks
+from dnnprof.analysis.collectives import collectives_across
 from dnnprof.analysis.critical_path import critical_path
 from dnnprof.analysis.host_ops import host_ops
 from dnnprof.analysis.kernel_summary import KernelRow, group_by, kernel_summary
@@ -178,6 +179,9 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
         path = critical_path(p) if across_ranks is None else across_ranks.get("critical_path")
         if path is not None:
             doc["critical_path"] = path
+        colls = collectives_across(p) if across_ranks is None else across_ranks.get("collectives")
+        if colls is not None:
+            doc["collectives"] = colls
     doc["checks"] = [c.to_dict() for c in profile_checks(a, doc)]
     return doc
 

@@ -227,7 +227,7 @@ def _append_ops(timing: Profile, attrib: Profile) -> Callable[[np.ndarray], np.n
     for c in _OP_LINKS:
         merged[c] = moved(merged[c]).astype(merged[c].dtype)
     timing.tables["ops"] = merged
-    for table in ("kernels", "memcpy", "memset", "runtime", "memory_events"):
+    for table in ("kernels", "memcpy", "memset", "runtime", "memory_events", "collectives"):
         t = timing.tables[table]
         t["op_row"] = moved(t["op_row"]).astype(t["op_row"].dtype)
     return lambda rows: moved(np.where(rows >= 0, rows + n_own, -1))
@@ -254,6 +254,28 @@ def _append_memory_events(timing: Profile, attrib: Profile,
     order = np.argsort(merged["ts_ns"], kind="stable")
     timing.tables["memory_events"] = {c: v[order] for c, v in merged.items()}
     return n
+
+
+def _append_collectives(timing: Profile, attrib: Profile, op_of: Callable[[np.ndarray], np.ndarray],
+                        timed: np.ndarray, ref: np.ndarray) -> None:
+    """Give the timed kernels the collective descriptions of the attribution kernels they were matched to
+    (``timed[i]`` ↔ ``ref[i]``; a timing window may record its NCCL kernels without them), and append the
+    attribution's collective ops (on their appended rows)."""
+    src = attrib.tables["collectives"]
+    own = timing.tables["collectives"]
+    lut = _remap(attrib, timing)
+    at = {r: i for i, r in enumerate(src["kernel_row"].tolist()) if r >= 0}
+    described = set(own["kernel_row"].tolist())
+    pairs = [(t, at[r]) for t, r in zip(timed.tolist(), ref.tolist(), strict=True) if r in at and t not in described]
+    take = np.array([i for _, i in pairs] + np.flatnonzero(src["op_row"] >= 0).tolist(), dtype=np.int64)
+    if not take.size:
+        return
+    add = {c: v[take].copy() for c, v in src.items()}
+    for c in ("name_id", "pg_name_id", "pg_desc_id", "pg_ranks_id", "dtype_id"):
+        add[c] = lut[np.where(add[c] < 0, len(lut) - 1, add[c])]
+    add["kernel_row"][:len(pairs)] = [t for t, _ in pairs]
+    add["op_row"] = op_of(add["op_row"]).astype(add["op_row"].dtype)
+    timing.tables["collectives"] = {c: np.concatenate([own[c], add[c].astype(own[c].dtype)]) for c in own}
 
 
 def join_attribution(timing: Profile, attrib: Profile) -> dict[str, Any]:
@@ -283,6 +305,8 @@ def join_attribution(timing: Profile, attrib: Profile) -> dict[str, Any]:
     reference = max(reversed(a_steps), key=score)
     lut = _remap(attrib, timing)
     per_step: list[dict[str, Any]] = []
+    timed_kernels: list[np.ndarray] = []
+    ref_kernels: list[np.ndarray] = []
     totals = {"kernels": [0, 0], "memcpy": [0, 0], "memset": [0, 0], "runtime": [0, 0]}
     for s in t_steps:
         ref = reference
@@ -301,9 +325,12 @@ def join_attribution(timing: Profile, attrib: Profile) -> dict[str, Any]:
             totals[table][0] += int(ta.size)
             totals[table][1] += int(rows.size)
             if table == "kernels":
+                timed_kernels.append(ta)
+                ref_kernels.append(tb)
                 row["kernels"] = int(rows.size)
                 row["matched_pct"] = round(100.0 * ta.size / rows.size, 2) if rows.size else None
         per_step.append(row)
+    _append_collectives(timing, attrib, op_of, np.concatenate(timed_kernels), np.concatenate(ref_kernels))
     for table, (m, n) in totals.items():
         stats[f"matched_{table}_pct"] = round(100.0 * m / n, 2) if n else None
         stats[f"{table}_in_timed_steps"] = n

@@ -154,6 +154,7 @@ def report_folder(folder: Path, files: list[Path], rank: int | None = None, *, w
     Raises:
         ScaleError, dnnprof.ingest.errors.TraceError, dnnprof.runs.report.ReportError (no such rank).
     """
+    from dnnprof.analysis.collectives import match_collectives, rank_collectives
     from dnnprof.analysis.critical_path import rank_part, reduce_parts
     from dnnprof.analysis.ranks import overview_of_rows
     from dnnprof.ingest.errors import TraceError
@@ -182,12 +183,15 @@ def report_folder(folder: Path, files: list[Path], rank: int | None = None, *, w
     by_rank = {int(p["rank"]): p for p in parts}
     rows = [by_rank[r]["row"] for r in sorted(by_rank)]
     critical = {r: {**p["critical"], "shift_ns": int(p["base_time_ns"]) - base} for r, p in by_rank.items()}
+    colls = {r: {**p["collectives"], "shift_ns": int(p["base_time_ns"]) - base} for r, p in by_rank.items()}
 
     def across(analysis: Any) -> dict[str, Any]:
         # the reported rank's part from its analysed profile (its steps as the report sees them), on the common clock
         critical[rank] = rank_part(analysis.profile, rank)
+        colls[rank] = {**rank_collectives(analysis.profile, rank), "shift_ns": 0}
         return {"ranks": overview_of_rows(rows),
-                "critical_path": reduce_parts(critical, _spent_of(by_rank, rank, analysis.profile))}
+                "critical_path": reduce_parts(critical, _spent_of(by_rank, rank, analysis.profile)),
+                "collectives": match_collectives(colls)}
 
     analysis, doc = report(profile, rank, across_ranks=across)
     return analysis, doc, parts

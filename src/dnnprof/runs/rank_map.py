@@ -27,6 +27,8 @@ from dnnprof.model.profile import PROFILE_FORMAT, Profile
 
 #: What the map keeps of a trace, per trace: the canonical profile and the part for the reduce.
 PROFILE_DIR, PART_FILE = "profile", "part.json"
+#: What ``part.json`` holds; part of the cache key, so a part written by an older map is not read.
+PART_FORMAT = "dnnprof.rank-part/2"
 
 
 def cache_root() -> Path:
@@ -42,18 +44,21 @@ def cache_entry(trace: Path, root: Path) -> Path:
     """The cache folder of ``trace`` as it is now (path, size, modification time; this dnnprof's formats)."""
     path = trace.resolve()
     st = path.stat()
-    key = "\0".join([str(path), str(st.st_size), str(st.st_mtime_ns), __version__, PROFILE_FORMAT])
+    key = "\0".join([str(path), str(st.st_size), str(st.st_mtime_ns), __version__, PROFILE_FORMAT,
+                    PART_FORMAT])
     return root / hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def rank_summary(profile: Profile) -> dict[str, Any]:
     """The part of one rank's profile the reduce reads (see the module docstring), JSON-ready, on its own clock."""
+    from dnnprof.analysis.collectives import rank_collectives
     from dnnprof.analysis.critical_path import rank_part
     from dnnprof.analysis.ranks import rank_row
 
     rank = int(profile.meta.get("ranks", [0])[0])
     return {"rank": rank, "base_time_ns": int(profile.meta.get("base_time_ns", 0)), "meta": profile.meta,
-            "row": rank_row(profile, rank), "critical": rank_part(profile, rank)}
+            "row": rank_row(profile, rank), "critical": rank_part(profile, rank),
+            "collectives": rank_collectives(profile, rank)}
 
 
 def rank_task(trace: str, root: str) -> dict[str, Any]:
