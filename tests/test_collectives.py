@@ -71,3 +71,41 @@ def test_rows_do_not_depend_on_how_the_trace_was_chunked() -> None:
     small = _read_profile(trace, None, chunk_bytes=1 << 16).tables["collectives"]
     for k in whole:
         assert np.array_equal(whole[k], small[k]), k
+
+
+def _summary(folder: Path, rank: int = 0) -> dict[str, object]:
+    from dnnprof.runs.report import report_path
+
+    return report_path(folder, rank)[1]
+
+
+@pytest.mark.parametrize("planted", ["forward", "data"])
+def test_the_slowed_rank_arrives_last_at_every_all_reduce(planted: str) -> None:
+    c = _summary(RUNS / planted)["collectives"]
+    assert (c["matched_by"], c["instances"], c["unmatched"]) == ("group_name_and_order", 56, 0)
+    top = c["top_by_wait"][0]
+    assert (top["name"], top["pg_name"], top["last_rank"]) == ("allreduce", "0", 1)
+    assert top["size_bytes"] == 4 * 38_597_376  # the first bucket, from the attribution window's args
+    assert 25_000 < top["wait_us"] < 50_000 and top["wait_us_by_rank"] == {"0": top["wait_us"], "1": 0.0}
+    assert top["arrival_offset_us"]["1"] == top["wait_us"] and 0 < top["transfer_us"] < 5_000
+    kinds = c["by_collective"]
+    assert kinds[0]["size_bytes"] == top["size_bytes"] and kinds[0]["last_rank_counts"] == {"1": kinds[0]["count"]}
+    assert sum(k["count"] for k in kinds) == 56
+
+
+def test_older_traces_without_args_match_by_kernel_name() -> None:
+    c = _summary(_foreign("hta__trace_filter_2ranks"))["collectives"]
+    assert c["instances"] == 10 and c["unmatched"] == 0
+    assert {k["name"] for k in c["by_collective"]} == {"sendrecv"} and c["top_by_wait"][0]["size_bytes"] == -1
+
+
+def test_gloo_spans_are_named_from_their_host_span() -> None:
+    from dnnprof.analysis.collectives import name_of_span
+
+    assert name_of_span("gloo:all_reduce") == "allreduce" == name_of_span(
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
+    assert name_of_span("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*)") == "broadcast"
+
+
+def test_one_rank_has_no_collectives_key() -> None:
+    assert "collectives" not in _summary(DATA / "ddp_h100" / "straggler" / "rank0.json.gz")

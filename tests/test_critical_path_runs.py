@@ -30,6 +30,9 @@ def test_planted_straggler_is_named(tmp_path: Path, phase: str) -> None:
     rows = {r["rank"]: r for r in summary["critical_path"]["per_rank"]}
     assert rows[0]["wait_us_per_step"] > 20_000 > rows[1]["wait_us_per_step"]  # rank 0 waits for rank 1
     assert {r["rank"] for r in summary["ranks"]["per_rank"]} == {0, 1}
+    colls = summary["collectives"]  # gloo records no collective args: matched by span name and order
+    assert colls["unmatched"] == 0 and colls["top_by_wait"][0]["name"] == "allreduce"
+    assert colls["top_by_wait"][0]["last_rank"] == 1 and colls["top_by_wait"][0]["wait_us"] > 20_000
     found = {f["id"]: f for f in summary["findings"]}
     assert found["rank-late-phase"]["evidence"]["rank"] == 1 and found["rank-late-phase"]["evidence"]["phase"] == want
     # analyze of the run directory says the same, for the rank asked for

@@ -39,7 +39,9 @@ def _folders() -> list[Path]:
 def test_serial_pool_and_merged_give_the_same_summary() -> None:
     for folder in _folders():
         for rank in (0, 1):
-            today = json.dumps(report_path(folder, rank)[1], sort_keys=True, default=str)
+            serial = report_path(folder, rank)[1]
+            assert serial["collectives"]["instances"] > 0  # compared below with the pool's, as every key is
+            today = json.dumps(serial, sort_keys=True, default=str)
             assert _doc(folder, rank, workers=1) == today, (folder, rank)
             assert _doc(folder, rank, workers=2) == today, (folder, rank)  # read back from the cache
     shutil.rmtree(Path(os.environ["XDG_CACHE_HOME"]))
@@ -104,3 +106,32 @@ def test_without_dask_the_option_says_what_to_install(monkeypatch: pytest.Monkey
     assert main(["analyze", str(DDP), "--dask", "local:1", "-q"]) == 2
     err = capsys.readouterr().err.strip()
     assert "dnnprof[scale]" in err and len(err.splitlines()) == 1
+
+
+def test_the_cache_drops_entries_of_traces_gone_or_changed_and_stays_bounded(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from dnnprof.runs.rank_map import cache_root
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(DDP, a)
+    shutil.copytree(DDP, b)
+    report_folder(a, trace_files(a), 0, workers=1)
+    root = cache_root()
+    assert len(list(root.iterdir())) == 2
+    (a / "rank1.json.gz").unlink()  # gone
+    st = (a / "rank0.json.gz").stat()
+    os.utime(a / "rank0.json.gz", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # changed
+    used = report_folder(b, trace_files(b), 0, workers=1)[2]
+    assert sorted(p.name for p in root.iterdir()) == sorted(Path(p["cache"]).name for p in used)
+    # bounded: a second folder's entries push out the least recently used ones, never those just used
+    monkeypatch.setenv("DNNPROF_RANK_CACHE_MB", "0")
+    shutil.copytree(DDP, a, dirs_exist_ok=True)
+    again = report_folder(a, trace_files(a), 0, workers=1)[2]
+    assert sorted(p.name for p in root.iterdir()) == sorted(Path(p["cache"]).name for p in again)
+
+
+def test_a_bad_cache_bound_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DNNPROF_RANK_CACHE_MB", "lots")
+    assert main(["analyze", str(DDP), "--workers", "1", "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "DNNPROF_RANK_CACHE_MB=lots" in err and len(err.splitlines()) == 1

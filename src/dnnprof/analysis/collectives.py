@@ -160,7 +160,7 @@ def match_collectives(parts: dict[int, dict[str, Any]]) -> dict[str, Any] | None
         for j, key in enumerate(_keys(parts[r], by_step)):
             found.setdefault(key, {})[r] = j
     instances, unmatched = [], 0
-    for key, where in found.items():
+    for where in found.values():
         any_rank = next(iter(where))
         members = _members(parts[any_rank]["pg_ranks"][where[any_rank]], ranks)
         if len(members) < 2 or any(m not in where for m in members):

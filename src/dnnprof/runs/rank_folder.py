@@ -55,10 +55,23 @@ def map_ranks(files: list[Path], *, workers: int | None = None, dask: str | None
         ScaleError: a bad worker count, dask missing, or a scheduler that cannot be reached.
         dnnprof.ingest.errors.TraceError: a trace cannot be read (raised by the worker that read it).
     """
-    from dnnprof.runs.rank_map import cache_root, rank_task
+    from dnnprof.runs.rank_map import CacheError, cache_limit_bytes, cache_root, prune_cache
 
     check_workers(workers)
+    try:
+        limit = cache_limit_bytes()
+    except CacheError as e:
+        raise ScaleError(str(e)) from None
     root = cache_root() if root is None else root
+    parts = _map(files, workers, dask, root)
+    # entries of traces gone or changed, then the least recently used beyond the bound (not the ones just used)
+    prune_cache(root, keep={Path(p["cache"]) for p in parts}, limit_bytes=limit)
+    return parts
+
+
+def _map(files: list[Path], workers: int | None, dask: str | None, root: Path) -> list[dict[str, Any]]:
+    from dnnprof.runs.rank_map import rank_task
+
     names = [str(f) for f in files]
     if dask is not None:
         return _map_dask(names, str(root), dask)
