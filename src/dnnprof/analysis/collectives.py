@@ -73,7 +73,8 @@ def rank_collectives(p: Profile, rank: int) -> dict[str, list[Any]]:
     if on_gpu:
         start, dur, names = k["start_ns"][rows], k["dur_ns"][rows], p.names(k["name_id"][rows])
         launch = k["launch_row"][rows]
-        enqueue = np.where(launch >= 0, p.tables["runtime"]["start_ns"][np.clip(launch, 0, None)], -1)
+        rt = p.tables["runtime"]["start_ns"]
+        enqueue = np.where(launch >= 0, rt[np.clip(launch, 0, None)], -1) if rt.size else np.full(rows.size, -1)
         described = np.flatnonzero(mine & (c["kernel_row"] >= 0))
         at = dict(zip(c["kernel_row"][described].tolist(), described.tolist(), strict=True))
         meta = [at.get(r, -1) for r in rows.tolist()]
@@ -90,7 +91,7 @@ def rank_collectives(p: Profile, rank: int) -> dict[str, list[Any]]:
         described = described[np.argsort(ops["start_ns"][c["op_row"][described]], kind="stable")]
         # record_param_comms on the calling thread, the backend's span on its own: paired in order when they agree
         meta = described.tolist() if described.size == rows.size else [-1] * rows.size
-    numbers, ss, se = _steps(p, rank, on_gpu)
+    numbers, ss, se = _steps(p, rank, bool((k["rank"] == rank).any()))  # as the critical path counts steps
     idx = np.searchsorted(ss, start, side="right") - 1
     ok = (idx >= 0) & (start < se[np.clip(idx, 0, None)]) if ss.size else np.zeros(start.size, dtype=bool)
     step = np.where(ok, numbers[np.clip(idx, 0, None)] if ss.size else -1, -1)

@@ -260,6 +260,21 @@ def _ranks(r: dict[str, Any]) -> Table:
     return t
 
 
+def _collectives(c: dict[str, Any], top: int) -> Table:
+    """Per (collective, group, size): how often, how long the ranks waited for the last one, the transfer after."""
+    t = Table(title=f"Collectives across ranks ({c['instances']} matched by {c['matched_by'].replace('_', ' ')}, "
+                    f"{c['unmatched']} unmatched): waiting {us_text(c['wait_us_total'])} in all",
+              title_justify="left")
+    for col in ("Collective", "Group", "Size", "Count", "Wait (total)", "Wait (max)", "Transfer (mean)", "Last"):
+        t.add_column(col, justify="left" if col in ("Collective", "Group") else "right")
+    for k in c["by_collective"][:top]:
+        last = ", ".join(f"rank {r} ×{n}" for r, n in k["last_rank_counts"].items()) or "-"
+        _add_row(t, k["name"], k["pg_name"] or "-", bytes_text(k["size_bytes"] if k["size_bytes"] >= 0 else None),
+                 str(k["count"]), us_text(k["wait_us_total"]), us_text(k["wait_us_max"]),
+                 us_text(k["transfer_us_mean"]), last)
+    return t
+
+
 def unreliable(doc: dict[str, Any], key: str) -> str:
     """"unreliable: check step-windows" when a broken self-check says ``key`` (``gpu.busy_pct``, ``phases``,
     ``finding:gpu-idle``) rests on it, else ""."""
@@ -313,6 +328,8 @@ def render(doc: dict[str, Any], console: Console | None = None, top: int = 15) -
         parts.append(Text(_memory_events(doc["memory_events"])))
     if doc.get("ranks"):
         parts.append(_ranks(doc["ranks"]))
+    if doc.get("collectives"):
+        parts.append(_collectives(doc["collectives"], min(top, 8)))
     if doc.get("findings"):
         parts.append(_findings(doc))
     console.print(Group(*parts))
