@@ -85,11 +85,14 @@ def test_the_slowed_rank_arrives_last_at_every_all_reduce(planted: str) -> None:
     assert (c["matched_by"], c["instances"], c["unmatched"]) == ("group_name_and_order", 56, 0)
     top = c["top_by_wait"][0]
     assert (top["name"], top["pg_name"], top["last_rank"]) == ("allreduce", "0", 1)
-    assert top["size_bytes"] == 4 * 38_597_376  # the first bucket, from the attribution window's args
+    # the buckets' sizes from the attribution window's args: 25 MiB buckets (fp32 grads) and the 147 MiB embedding's
+    assert top["size_bytes"] in (28_351_488, 28_537_156, 154_404_864, 154_389_504)
     assert 25_000 < top["wait_us"] < 50_000 and top["wait_us_by_rank"] == {"0": top["wait_us"], "1": 0.0}
-    assert top["arrival_offset_us"]["1"] == top["wait_us"] and 0 < top["transfer_us"] < 5_000
+    assert top["arrival_offset_us"]["1"] == top["wait_us"]
+    # once both ranks are there, a 27 MiB all-reduce over NVLink takes ~0.13 ms, the 147 MiB one ~0.6 ms
+    assert all(0 < x["transfer_us"] < 1_000 for x in c["top_by_wait"])
     kinds = c["by_collective"]
-    assert kinds[0]["size_bytes"] == top["size_bytes"] and kinds[0]["last_rank_counts"] == {"1": kinds[0]["count"]}
+    assert all(k["last_rank_counts"] == {"1": k["count"]} for k in kinds)
     assert sum(k["count"] for k in kinds) == 56
 
 

@@ -5,8 +5,10 @@ each rank waited for the last one, and the transfer after it.
   (NCCL kernels on the rank's GPU, else the backend's host spans such as ``gloo:all_reduce``), each described by the
   ``collectives`` table where torch recorded it (name, group, bytes, ``Seq``). Where it did not (older torch, gloo),
   the name comes from the kernel or span name and the group is the trace's only process group when it has one.
-  The arrival is the span's start: on a GPU the kernel's start on the GPU clock (``enqueue_ns`` is its launch on the
-  host), as the critical path takes it.
+  The arrival is the span's start, except on a GPU: when the kernel was ready to run (its launch and the rank's work
+  before it; :func:`dnnprof.analysis.critical_path.collective_arrivals`), as the critical path takes it, since a
+  collective queued behind another on its stream starts late without its rank having been late
+  (``enqueue_ns`` is its launch on the host).
 * **Matching** (:func:`match_collectives`): a process group runs its collectives in one order on every member, so
   an instance is (group, ``Seq``) where torch recorded it, else (group, name, k-th of that name): over the whole
   trace when every rank ran as many of them, else within each step (one rank's window caught one more). A rank's
@@ -70,8 +72,12 @@ def rank_collectives(p: Profile, rank: int) -> dict[str, list[Any]]:
     rows = np.flatnonzero(k["rank"] == rank)
     rows = rows[collective_mask(p, rows)] if rows.size else rows
     on_gpu = bool(rows.size)
+    arrival = None
     if on_gpu:
+        from dnnprof.analysis.critical_path import collective_arrivals
+
         start, dur, names = k["start_ns"][rows], k["dur_ns"][rows], p.names(k["name_id"][rows])
+        arrival = collective_arrivals(p, rank, rows)
         launch = k["launch_row"][rows]
         rt = p.tables["runtime"]["start_ns"]
         enqueue = np.where(launch >= 0, rt[np.clip(launch, 0, None)], -1) if rt.size else np.full(rows.size, -1)
@@ -107,7 +113,8 @@ def rank_collectives(p: Profile, rank: int) -> dict[str, list[Any]]:
         out["pg_ranks"].append(text("pg_ranks_id", i, only_ranks))
         out["size_bytes"].append(int(max(c["in_bytes"][i], c["out_bytes"][i])) if i >= 0 else -1)
         out["seq"].append(int(c["seq"][i]) if i >= 0 else -1)
-    out.update({"step": step.tolist(), "arrival_ns": start.tolist(), "end_ns": (start + dur).tolist(),
+    out.update({"step": step.tolist(), "arrival_ns": (start if arrival is None else arrival).tolist(),
+                "end_ns": (start + dur).tolist(),
                 "enqueue_ns": np.asarray(enqueue).tolist()})
     return out
 

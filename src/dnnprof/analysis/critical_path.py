@@ -70,19 +70,20 @@ def collective_spans(p: Profile, rank: int) -> tuple[np.ndarray, np.ndarray, np.
     return s, s + ops["dur_ns"][sel], ops["tid"][sel]
 
 
-def collective_arrivals(p: Profile, rank: int) -> np.ndarray | None:
+def collective_arrivals(p: Profile, rank: int, rows: np.ndarray | None = None) -> np.ndarray | None:
     """When each collective kernel of a GPU rank (in :func:`collective_spans`' order) was ready to run: the later of
     its host launch and the end of the rank's last other kernel launched before it (the work its data waits on).
     A collective kernel that queued behind an earlier one on its stream starts later than that: taking its start
     as the arrival would hide every delay after a rank's first collective of a step (DDP's later buckets carry a
-    slow backward's excess). ``min(start, ready)``; None on a rank without kernels."""
+    slow backward's excess). ``min(start, ready)``; None on a rank without kernels. ``rows``: the collective kernel
+    rows to answer for, in that order (default: the rank's, by start)."""
     k = p.tables["kernels"]
-    rows = np.flatnonzero(k["rank"] == rank)
-    if not rows.size:
+    mine = np.flatnonzero(k["rank"] == rank)
+    if not mine.size:
         return None
-    coll = collective_mask(p, rows)
-    crow, orow = rows[coll], rows[~coll]
-    crow = crow[np.argsort(k["start_ns"][crow], kind="stable")]
+    coll = collective_mask(p, mine)
+    crow, orow = mine[coll], mine[~coll]
+    crow = crow[np.argsort(k["start_ns"][crow], kind="stable")] if rows is None else np.asarray(rows)
     start = k["start_ns"][crow].astype(np.int64)
     rt_start = p.tables["runtime"]["start_ns"]
 
