@@ -78,3 +78,68 @@ Controller._stop_at_exit(me, Stuck())
     status, notes, writes = json.loads((tmp_path / "out.json").read_text())
     assert status == "exit_flush_timeout" and writes == 1
     assert "did not finish in time" in notes[0] and "exit status is lost" in notes[0]
+
+
+def test_the_watchdog_ends_a_process_that_does_not_end_and_notes_its_status(tmp_path: Path) -> None:
+    """What the H100 showed: the profile written at exit, then every thread asleep for good."""
+    import time
+
+    r = _run("""
+import threading
+from dnnprof.collect.exit_guard import arm_exit_watchdog
+print(arm_exit_watchdog("exit_stall.json", 3, limit_s=1.0), flush=True)
+threading.Event().wait()
+""", tmp_path)
+    assert r.stdout.strip() == "True" and r.returncode == -15, (r.returncode, r.stderr)
+    note = json.loads((tmp_path / "exit_stall.json").read_text())
+    assert note == {"limit_s": 1.0, "script_exit_code": 3, "signal": "SIGTERM"}
+    t0 = time.monotonic()
+    r = _run("""
+from dnnprof.collect.exit_guard import arm_exit_watchdog
+arm_exit_watchdog("quick.json", 0, limit_s=5.0)
+""", tmp_path)  # a process that ends by itself is left alone, and nothing waits for the watchdog
+    assert r.returncode == 0 and time.monotonic() - t0 < 4.0
+    time.sleep(0.6)
+    assert not (tmp_path / "quick.json").exists()
+
+
+def test_the_exit_status_a_script_ends_with() -> None:
+    from dnnprof.collect.exit_guard import exit_status
+
+    assert [exit_status(c) for c in (None, 0, 3, 256 + 7, True, "bye")] == [0, 0, 3, 7, 1, 1]
+
+
+def test_dnnprof_run_ends_a_script_that_stalls_after_its_profile_is_written(tmp_path: Path) -> None:
+    """A script ending inside the profiled window whose process then never ends (an exit handler that runs after
+    dnnprof's, standing for the CUDA profiler's teardown): the run completes, names the stall, and passes on the
+    status the script ended with."""
+    import os
+    import time
+
+    script = tmp_path / "train.py"
+    script.write_text("""
+import atexit, sys, threading
+atexit.register(lambda: threading.Event().wait())  # registered before torch: runs after dnnprof's flush
+import torch
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(4):  # ends inside the window of 2 + 5 steps
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+sys.exit(3)
+""")
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": SRC, "DNNPROF_EXIT_STALL_LIMIT_S": "2"}
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "dnnprof", "run", "--warmup-steps", "2", "--steps", "5", "--no-nvml",
+                        "--out", str(out), "--", sys.executable, str(script)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    took = time.monotonic() - t0
+    assert r.returncode == 3, r.stderr
+    assert "did not end within 2 s of writing its profile" in r.stderr and "exit status 3" in r.stderr, r.stderr
+    assert "interrupted" not in r.stderr, r.stderr
+    run = out if out.exists() else out.with_name("run.incomplete")  # it ended inside the window: partial
+    assert '"exit_stalls": [{"rank": null, "limit_s": 2.0, "signal": "SIGTERM", "script_exit_code": 3}]' in \
+        json.dumps(json.loads((run / "meta.json").read_text()))
+    assert took < 60

@@ -200,6 +200,15 @@ def activate(torch: ModuleType, run_dir: Path) -> None:
         previous(exc_type, exc, tb)
 
     sys.excepthook = excepthook
+    real_exit = sys.exit
+
+    def exit_noting_status(code: object = None) -> None:
+        from dnnprof.collect.exit_guard import exit_status
+
+        ctl.exit_code = exit_status(code)
+        real_exit(code)
+
+    sys.exit = exit_noting_status  # type: ignore[assignment]  # the status a stalled exit must still pass on
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         # SIGTERM would kill the process before atexit: turn it into SystemExit so the profile gets flushed.
         def on_term(signum: int, frame: Any) -> None:
@@ -214,3 +223,8 @@ def _at_exit(ctl: Any) -> None:
         if last is not None:
             ctl.note_exception(type(last), last)
     ctl.finalize()
+    if ctl.stopped_at_exit:
+        from dnnprof.collect.exit_guard import STALL_FILE, arm_exit_watchdog
+
+        code = ctl.exit_code if ctl.exit_code is not None else (1 if ctl.exception is not None else 0)
+        arm_exit_watchdog(ctl.dir / STALL_FILE, code)

@@ -72,6 +72,11 @@ class Controller:
         self.done = False
         self.finalized = False
         self.exception: dict[str, str] | None = None
+        #: A window was stopped by the exit handler (the script ended inside it): see ``exit_guard``.
+        self.stopped_at_exit = False
+        #: The status the script is ending with, as far as seen: ``sys.exit``'s argument, 1 after an uncaught
+        #: exception, else 0.
+        self.exit_code: int | None = None
         self.workload: dict[str, Any] | None = None
         self._wl_modules: list[Any] = []
         self._wl_optimizers: list[Any] = []
@@ -405,6 +410,7 @@ class Controller:
             self.write_results()
 
         guard = ExitGuard(timed_out)
+        self.stopped_at_exit = True
         with guard:
             w.stop()
         if guard.pokes:

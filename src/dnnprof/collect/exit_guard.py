@@ -76,3 +76,83 @@ class ExitGuard:
 
 def _nothing(signum: int, frame: Any) -> None:
     """SIGUSR2 while the profiler stops: only there to interrupt a wait."""
+
+
+# --- after the exit flush ------------------------------------------------------------------------------------------
+#: Seconds a process may take to end once its profile is written at exit, before the watchdog ends it.
+STALL_LIMIT_S = 30.0
+ENV_STALL_LIMIT = "DNNPROF_EXIT_STALL_LIMIT_S"
+#: Written beside the collector's results by the watchdog when it had to end the process.
+STALL_FILE = "exit_stall.json"
+
+#: The watchdog, run by ``python -S`` (no site, so no dnnprof bootstrap and no import of the project): poll the
+#: process; past the limit write the stall file, send SIGTERM, and SIGKILL 5 s later if it is still there.
+_WATCHDOG = """
+import json, os, signal, sys, time
+pid, limit, path, code = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+def alive():
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+t0 = time.monotonic()
+while time.monotonic() - t0 < limit:
+    if not alive():
+        sys.exit(0)
+    time.sleep(0.2)
+tmp = path + ".tmp"
+with open(tmp, "w") as f:
+    json.dump({"limit_s": limit, "script_exit_code": code, "signal": "SIGTERM"}, f)
+os.replace(tmp, path)
+os.kill(pid, signal.SIGTERM)
+for _ in range(25):
+    time.sleep(0.2)
+    if not alive():
+        sys.exit(0)
+with open(tmp, "w") as f:
+    json.dump({"limit_s": limit, "script_exit_code": code, "signal": "SIGKILL"}, f)
+os.replace(tmp, path)
+os.kill(pid, signal.SIGKILL)
+"""
+
+
+def arm_exit_watchdog(stall_file: os.PathLike[str] | str, exit_code: int, limit_s: float | None = None) -> bool:
+    """End this process if it has not ended ``limit_s`` after this call (default :data:`STALL_LIMIT_S`, or
+    ``$DNNPROF_EXIT_STALL_LIMIT_S``), noting ``exit_code`` — the status the script was ending with — in
+    ``stall_file`` for ``dnnprof run`` to pass on.
+
+    Measured on an H100 (PyTorch 2.11): a script that ends while a profiling window is open gets its profile
+    written by the exit handler, then never ends — every thread in a futex wait in the CUDA profiler's teardown,
+    after the interpreter's own. No thread of this interpreter runs by then, so the watchdog is a separate process
+    (its own session, so a terminal's Ctrl-C or the end of a job step does not take it first). False when it could
+    not be started (the process then ends as it would have)."""
+    import subprocess
+    import sys
+
+    env = os.environ.get(ENV_STALL_LIMIT)
+    limit = float(env) if limit_s is None and env else (STALL_LIMIT_S if limit_s is None else limit_s)
+    try:
+        subprocess.Popen([sys.executable, "-S", "-c", _WATCHDOG, str(os.getpid()), str(limit), os.fspath(stall_file),
+                          str(int(exit_code))], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True)
+    except OSError:
+        return False
+    return True
+
+
+def exit_status(code: object) -> int:
+    """The process status ``sys.exit(code)`` gives: None → 0, an int → its low byte, anything else → 1."""
+    if code is None:
+        return 0
+    if isinstance(code, bool):
+        return int(code)
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1

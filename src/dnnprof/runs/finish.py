@@ -54,6 +54,11 @@ def _messages(status: str, col: dict[str, Any] | None, run_meta: dict[str, Any],
         msgs.append("interrupted: what was collected is kept")
     if col is not None and col.get("notes"):
         msgs += [n for n in col["notes"] if not n.startswith("NVML sampling turned off")]
+    for stall in run_meta.get("exit_stalls") or []:
+        who = f"rank {stall['rank']}'s process" if stall.get("rank") is not None else "the script's process"
+        msgs.append(f"{who} did not end within {stall['limit_s']:g} s of writing its profile (a stall in the CUDA "
+                    f"profiler's teardown at exit): dnnprof ended it with {stall['signal']}; what it wrote is "
+                    f"kept; exit status {stall['script_exit_code']} is the one the script ended with")
     exc = (col or {}).get("script", {}).get("exception")
     if run_meta.get("exit_code"):
         tail = f" ({exc['type']}: {exc['message'].splitlines()[0] if exc['message'] else ''})" if exc else ""

@@ -202,6 +202,11 @@ def run_command(
         shutil.rmtree(rd.staging, ignore_errors=True)  # nothing ran: leave nothing behind
         raise FileNotFoundError(f"{command[0]}: cannot run ({e.strerror})") from None
     rc, interrupted = _wait(proc, rd.staging, say)
+    stalls = exit_stalls(rd.staging)
+    if stalls:  # ended by dnnprof's exit watchdog after the profile was written: not the user's interrupt
+        interrupted = False
+        if rc in (128 + signal.SIGTERM, 128 + signal.SIGKILL) or (len(stalls) == 1 and stalls[0]["rank"] is None):
+            rc = max(s["script_exit_code"] for s in stalls)
     run_meta = {
         "name": rd.final.name, "command": command, "cwd": str(cwd), "exit_code": rc, "interrupted": interrupted,
         "started_unix_s": started, "duration_s": round(time.time() - started, 3), "workload": workload,
@@ -211,8 +216,28 @@ def run_command(
         if (rd.staging / BOOT_ERROR_FILE).exists() else None,
         "child_error": (rd.staging / CHILD_ERROR_FILE).read_text().strip()
         if (rd.staging / CHILD_ERROR_FILE).exists() else None,
+        "exit_stalls": stalls,
     }
     return finish_run(rd, run_meta, config, echo=say)
+
+
+def exit_stalls(staging: Path) -> list[dict[str, Any]]:
+    """The processes dnnprof's exit watchdog had to end (``collect/exit_guard.py``): ``rank`` (None for the run's
+    own process), ``limit_s``, ``signal``, ``script_exit_code``; unreadable notes are skipped."""
+    import json
+
+    from dnnprof.collect.exit_guard import STALL_FILE
+
+    out = []
+    for path in [staging / STALL_FILE, *sorted(staging.glob(f"rank*/{STALL_FILE}"))]:
+        try:
+            d = json.loads(path.read_text())
+            rank = None if path.parent == staging else int(path.parent.name[len("rank"):])
+            out.append({"rank": rank, "limit_s": float(d["limit_s"]), "signal": str(d["signal"]),
+                        "script_exit_code": int(d["script_exit_code"])})
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
 
 
 def profile_workload(
