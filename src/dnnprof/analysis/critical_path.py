@@ -169,8 +169,45 @@ def _gpu_phase_intervals(p: Profile, rank: int, host: dict[str, tuple[np.ndarray
         idle_s, idle_e = _minus(*host[name], *busy)
         a = out[name]
         out[name] = merge(np.concatenate([a[0], idle_s]), np.concatenate([a[1], idle_e]))
+    # Idle GPU inside the backward pass (backward kernels on both sides of the gap) while the host is in no phase
+    # it recorded: the pass stalled on the host. The timing window records few host ops and none of the autograd
+    # thread's, so a backward hook that sleeps shows only as such a gap. (Forward and optimizer have their host
+    # ranges in that window — the model's forward, ``Optimizer.step`` — and a gap between forward-phase kernels
+    # may be host code between the loss and ``backward()``.)
+    claimed = merge(np.concatenate([out[n][0] for n in ("data_loading", "optimizer", "backward", "forward")]),
+                    np.concatenate([out[n][1] for n in ("data_loading", "optimizer", "backward", "forward")]))
+    for name, (gs, ge) in _gaps_within_phase(s, e, ph, KERNEL_PHASES).items():
+        gs, ge = _minus(gs, ge, *claimed)
+        a = out[name]
+        out[name] = merge(np.concatenate([a[0], gs]), np.concatenate([a[1], ge]))
     out["_any"] = merge(np.concatenate([out[n][0] for n in ("data_loading", "optimizer", "backward", "forward")]),
                         np.concatenate([out[n][1] for n in ("data_loading", "optimizer", "backward", "forward")]))
+    return out
+
+
+def _gaps_within_phase(s: np.ndarray, e: np.ndarray, ph: np.ndarray,
+                       phase_names: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """For the backward phase, the idle gaps between busy stretches of these kernels whose last kernel before and
+    first kernel after are both backward kernels."""
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if s.size < 2:
+        return out
+    order = np.argsort(s, kind="stable")
+    s, e, ph = s[order], e[order], ph[order]
+    reach = np.maximum.accumulate(e)
+    # The kernel holding the stretch's end so far (the latest-ending kernel among those started).
+    holder = np.zeros(s.size, dtype=np.int64)
+    best = 0
+    for i in range(1, s.size):  # one pass; kernels per rank in a profile's windows: thousands
+        if e[i] >= e[best]:
+            best = i
+        holder[i] = best
+    gap = np.flatnonzero(s[1:] > reach[:-1])  # kernel i+1 starts a new busy stretch
+    before, after = ph[holder[gap]], ph[gap + 1]
+    for name in ("backward",):
+        code = phase_names.index(name)
+        sel = gap[(before == code) & (after == code)]
+        out[name] = (reach[sel].astype(np.int64), s[sel + 1].astype(np.int64))
     return out
 
 
