@@ -125,6 +125,9 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--models", default="gpt2,resnet50")
     p.add_argument("--precision", default="fp16")
+    p.add_argument("--groups", default="", help="only the backend groups whose first backend is listed "
+                                                   "(eager, compile, onnxruntime); default all")
+    p.add_argument("--deadline-s", type=float, default=DEADLINE_S)
     args = p.parse_args()
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
@@ -135,8 +138,11 @@ def main() -> int:
     docs, overhead = {}, []
     for model in args.models.split(","):
         merged: dict[str, Any] = {"results": [], "knee": []}
+        wanted = [g for g in args.groups.split(",") if g]
         for backends, limit in GROUPS[model]:
-            left = DEADLINE_S - (time.time() - t0)
+            if wanted and backends.split(",")[0] not in wanted:
+                continue
+            left = args.deadline_s - (time.time() - t0)
             if left < 20:
                 print(f"[{model} {backends}] skipped: the {DEADLINE_S:.0f} s deadline is near", flush=True)
                 continue
