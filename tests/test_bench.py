@@ -284,9 +284,130 @@ def test_timed_loop_calls_the_bare_model_inside_one_inference_mode() -> None:
 
     source = build_source(workload_spec("resnet50-tiny", device="cpu", precision="fp32", max_batch=1))
     runner = Runner(run=run, bare=bare)
-    assert [t.shape for t in _call(runner)()] == [t.shape for t in flatten((torch.zeros(1),))]
+    call, flat = _call(runner)
+    assert [t.shape for t in flat(call())] == [t.shape for t in flatten((torch.zeros(1),))]
     seen.clear()
     with torch_contexts(source):
         _time(T("eager", 1), runner, (), (), Settings(warmup=0, iterations=4), False, lambda f: None)
     assert seen == [(True, False, "bare")] * 4
     assert gc.isenabled()
+
+
+def test_warm_up_runs_right_before_the_timed_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The output check (a copy of every output to the host and a comparison, seconds for big logits) comes
+    before the warm-up, so that nothing sits between the warm-up and the timed iterations, as in a plain loop."""
+    from dnnprof.bench import trial as trial_mod
+
+    log: list[str] = []
+
+    def run() -> list:
+        log.append("run")
+        return [torch.zeros(1)]
+
+    def bare() -> object:
+        log.append("bare")
+        return torch.zeros(1)
+
+    checked = trial_mod.host_outputs
+
+    def host_outputs(outputs: list) -> list:
+        log.append("check")
+        return checked(outputs)
+
+    monkeypatch.setattr(trial_mod, "prepare", lambda *a: Runner(run=run, bare=bare))
+    monkeypatch.setattr(trial_mod, "host_outputs", host_outputs)
+    source = build_source(workload_spec("resnet50-tiny", device="cpu", precision="fp32", max_batch=1))
+    t, _ = trial_mod.run_trial(source, "eager", 1, Settings(warmup=3, iterations=4), None, None)
+    assert t.status == "ok", t.reason
+    assert log == ["run", "check"] + ["bare"] * (3 + 4)
+
+
+class _FakeCuda:
+    """Stands in for the CUDA calls of the timed loop and logs them, so the loop's shape is checked on a CPU."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from dnnprof.bench import trial as trial_mod
+
+        self.log: list[str] = []
+        log = self.log
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                assert enable_timing
+
+            def record(self) -> None:
+                log.append("record")
+                self.at = float(len(log))  # a GPU clock: what ran before it on the stream
+
+            def synchronize(self) -> None:
+                log.append("wait")
+
+            def elapsed_time(self, other: Event) -> float:
+                return other.at - self.at
+
+        class Buffer:
+            def __init__(self, what: str) -> None:
+                self.what = what
+
+            def copy_(self, src: object, non_blocking: bool = False) -> None:
+                assert non_blocking
+                log.append(self.what)
+
+        class Output:
+            is_cuda, shape, dtype = True, (1,), torch.float32
+
+        self.buffers = (Buffer("h2d"),)
+        self.output = Output()
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("sync"))
+        monkeypatch.setattr(trial_mod, "_pinned_like", lambda t: Buffer("d2h"))
+        monkeypatch.setattr(trial_mod.time, "perf_counter", self._clock)
+        self._t = 0.0
+
+    def _clock(self) -> float:
+        self.log.append("clock")
+        self._t += 0.001
+        return self._t
+
+    def runner(self) -> Runner:
+        def bare() -> object:
+            self.log.append("call")
+            return {"logits": self.output}
+
+        return Runner(run=lambda: [self.output], bare=bare)
+
+
+def test_timed_gpu_query_is_a_plain_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each timed GPU query does what a hand-written CUDA-event loop does and nothing more: an event, the H2D copy,
+    the call, the D2H copy, an event, the wait. The phase split (two more events) and the host clock around the
+    call run in separate iterations after the timed ones; the phases still add up to their own total."""
+    from dnnprof.bench.trial import Trial as T
+    from dnnprof.bench.trial import _time
+
+    fake = _FakeCuda(monkeypatch)
+    t = T("eager", 1)
+    _time(t, fake.runner(), ("host",), fake.buffers, Settings(warmup=2, iterations=5), True, lambda f: None)
+    log = fake.log
+    first_timed = log.index("record")
+    warm, rest = log[:first_timed], log[first_timed:]
+    assert warm == ["h2d", "call", "sync", "h2d", "call", "d2h", "sync", "sync", "clock"]
+    plain = ["record", "h2d", "call", "d2h", "record", "wait"]
+    n = 5 * len(plain)
+    assert rest[:n] == plain * 5
+    assert rest[n] == "clock"  # the timed loop's wall time
+    phase = ["record", "h2d", "record", "clock", "call", "clock", "record", "d2h", "record", "wait"]
+    assert rest[n + 1:] == phase * 5
+    assert len(t.latency_ms) == 5 and len(t.h2d_ms) == len(t.compute_ms) == len(t.d2h_ms) == 5
+    assert [h + c + d for h, c, d in zip(t.h2d_ms, t.compute_ms, t.d2h_ms, strict=True)] == t.phase_latency_ms
+    assert t.enqueue_ms is not None and len(t.enqueue_ms) == 5
+
+
+def test_phase_iterations_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dnnprof.bench import trial as trial_mod
+
+    fake = _FakeCuda(monkeypatch)
+    monkeypatch.setattr(trial_mod, "MAX_PHASE_ITERATIONS", 3)
+    t = trial_mod.Trial("eager", 1)
+    trial_mod._time(t, fake.runner(), ("host",), fake.buffers, Settings(warmup=1, iterations=7), True,
+                    lambda f: None)
+    assert len(t.latency_ms) == 7 and len(t.h2d_ms) == len(t.phase_latency_ms) == 3

@@ -14,20 +14,33 @@ from dnnprof.bench.trial import Settings  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def doc():
+def raw():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     src = build_source(workload_spec("resnet50-tiny", device="cuda", precision="fp32", max_batch=8))
     backends = ["eager", "cuda-graph", "compile", "compile-reduce-overhead", "onnxruntime", "tensorrt"]
-    return bench_document(run_bench(src, backends, [1, 8], Settings(warmup=3, iterations=20)))
+    return run_bench(src, backends, [1, 8], Settings(warmup=3, iterations=20))
 
 
-def test_phases_add_up_to_latency(doc) -> None:
+@pytest.fixture(scope="module")
+def doc(raw):
+    return bench_document(raw)
+
+
+def test_phases_add_up_to_latency(raw, doc) -> None:
+    """The phases come from their own iterations after the timed ones: in each, H2D + compute + D2H is its first
+    to last event; their mean is near the timed latency (the phase iterations only add two event records and a
+    host clock around the call)."""
+    for t in raw["trials"]:
+        if t["status"] != "ok":
+            continue
+        for h, c, d, total in zip(t["h2d_ms"], t["compute_ms"], t["d2h_ms"], t["phase_latency_ms"], strict=True):
+            assert h + c + d == pytest.approx(total, rel=1e-3, abs=2e-3)
     for r in doc["results"]:
         if r["status"] != "ok":
             continue
         parts = r["h2d_ms"] + r["gpu_compute_ms"] + r["d2h_ms"]
-        assert parts == pytest.approx(r["latency_ms"]["mean"], rel=0.02)
+        assert parts == pytest.approx(r["latency_ms"]["mean"], rel=0.1)
         if r["backend"].startswith("onnxruntime"):  # its call waits for the GPU: no enqueue time to give
             assert r["enqueue_ms"] is None and r["null_reasons"]["enqueue_ms"]
         else:
