@@ -10,7 +10,9 @@ Each model is benchmarked by ``dnnprof bench --json`` in its own processes, one 
 graphs; torch.compile; the ONNX backends, which share one export), each under a time limit, inside a global
 deadline; a group that runs out of time keeps its rows as ``error`` with the reason. Then, in this process, the same
 eager model at the same batch is timed by a plain loop (pinned H2D copy, forward, D2H copy, CUDA events, sync) of the
-same iterations: ``harness_overhead_pct`` = dnnprof's eager p50 latency / the plain loop's p50 - 1. Writes
+same iterations: ``harness_overhead_pct`` = dnnprof's eager p50 latency / the plain loop's p50 - 1; and, on the same
+model object in this process, alternating rounds of the plain loop and dnnprof's trial (``in_process_overhead_pct``:
+the harness alone, without what differs between two processes). Writes
 $OUT/bench_table.json (the merged dnnprof.bench/1 documents and the overhead rows) and $OUT/bench_table.md.
 """
 
@@ -38,9 +40,12 @@ GROUPS = {
     "gpt2": [("eager,cuda-graph", 120), ("compile", 150), ("onnxruntime,onnxruntime-trt,tensorrt", 120)],
     "resnet50": [("eager,cuda-graph", 60), ("compile", 90), ("onnxruntime,onnxruntime-trt,tensorrt", 60)],
 }
-#: The groups stop here, so that with the plain loops (~20 s) the whole script stays within 10 minutes.
-DEADLINE_S = 540.0
+#: The groups stop here, so that with the plain loops and the in-process rounds (~60 s) the whole script stays
+#: within 10 minutes.
+DEADLINE_S = 500.0
 ITERATIONS, WARMUP = 50, 5
+#: Alternating rounds of the plain loop and dnnprof's trial in this process (``plain_loop``).
+ROUNDS = 3
 
 
 def run_group(model: str, backends: str, limit_s: float, precision: str, out: Path) -> dict[str, Any] | None:
@@ -67,38 +72,75 @@ def run_group(model: str, backends: str, limit_s: float, precision: str, out: Pa
                         for b in backends.split(",") for n in BATCHES[model].split(",")]}
 
 
-def plain_loop(model_name: str, batch_size: int, precision: str) -> dict[str, Any]:
-    """The same eager forward, timed the obvious way, with the same copies and synchronisation per query."""
-    import runpy
-
+def plain_round(model: Any, host: Any, dev: Any) -> tuple[list[float], list[float]]:
+    """One round of the plain loop: latencies (ms) and the host time inside the model's call (ms)."""
     import torch
 
-    build = runpy.run_path(str(HOOK))["build"]
-    model, x, _ = build(model_name, batch_size)
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
-    model = model.to("cuda", dtype=dtype).eval()
-    host = (x.to(dtype) if x.is_floating_point() else x).pin_memory()
-    dev = host.to("cuda")
     with torch.inference_mode():
         out = model(dev)
         out = out if torch.is_tensor(out) else out[0]  # GPT-2's output: its logits first
         pinned = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
+        times, enqueue = [], []
         for i in range(WARMUP + ITERATIONS):
             start.record()
             dev.copy_(host, non_blocking=True)
+            t0 = time.perf_counter()
             out = model(dev)
+            t1 = time.perf_counter()
             out = out if torch.is_tensor(out) else out[0]
             pinned.copy_(out, non_blocking=True)
             end.record()
             end.synchronize()
             if i >= WARMUP:
                 times.append(start.elapsed_time(end))
-    del model, dev, out
+                enqueue.append((t1 - t0) * 1e3)
+    return times, enqueue
+
+
+def plain_loop(model_name: str, batch_size: int, precision: str) -> dict[str, Any]:
+    """The same eager forward, timed the obvious way, with the same copies and synchronisation per query; then, on
+    the same model object in this process, ``ROUNDS`` alternating rounds of this loop and of dnnprof's trial
+    (``run_trial``), so the harness's cost is seen apart from what differs between processes (the groups run in
+    their own): ``in_process_overhead_pct`` = median of dnnprof's p50s / median of the plain p50s - 1.
+    ``enqueue_p50_ms`` is the host time inside the model's call (a clock read on each side of it)."""
+    import runpy
+    import statistics
+
+    import torch
+
+    from dnnprof.bench.sources import Source
+    from dnnprof.bench.trial import Settings, run_trial
+
+    build = runpy.run_path(str(HOOK))["build"]
+    model, x, _ = build(model_name, batch_size)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
+    model = model.to("cuda", dtype=dtype).eval()
+    x = x.to(dtype) if x.is_floating_point() else x
+    host = x.pin_memory()
+    dev = host.to("cuda")
+
+    times, enqueue = plain_round(model, host, dev)
+    source = Source(name=model_name, kind="script", device="cuda", precision=precision,
+                    make_inputs=lambda b: (x,), model=model)
+    plain_p50, harness_p50, harness_enqueue = [], [], []
+    for _ in range(ROUNDS):
+        t, _e = plain_round(model, host, dev)
+        plain_p50.append(statistics.median(t))
+        trial, _out = run_trial(source, "eager", batch_size, Settings(warmup=WARMUP, iterations=ITERATIONS),
+                                None, None)
+        if trial.status != "ok":
+            raise RuntimeError(f"dnnprof's trial in this process: {trial.status}: {trial.reason}")
+        harness_p50.append(statistics.median(trial.latency_ms))
+        harness_enqueue.append(statistics.median(trial.enqueue_ms or [0.0]))
+    del model, dev, source
     torch.cuda.empty_cache()
+    p, h = statistics.median(plain_p50), statistics.median(harness_p50)
     times.sort()
-    return {"p50_ms": times[len(times) // 2], "mean_ms": sum(times) / len(times), "iterations": len(times)}
+    return {"p50_ms": times[len(times) // 2], "mean_ms": sum(times) / len(times), "iterations": len(times),
+            "enqueue_p50_ms": statistics.median(enqueue), "in_process_plain_p50_ms": p,
+            "in_process_dnnprof_p50_ms": h, "in_process_dnnprof_enqueue_p50_ms": statistics.median(harness_enqueue),
+            "in_process_overhead_pct": (h / p - 1) * 100, "rounds": ROUNDS}
 
 
 def overhead_markdown(rows: list[dict[str, Any]]) -> str:
@@ -108,12 +150,18 @@ def overhead_markdown(rows: list[dict[str, Any]]) -> str:
         return "-" if v is None else f"{v:.3f}"
 
     lines = ["### Harness overhead (eager, p50 latency)", "",
-             "| model | batch | plain loop ms | dnnprof ms | overhead % |", "|---|---|---|---|---|"]
+             "| model | batch | plain loop ms | dnnprof ms | overhead % | plain enqueue ms | dnnprof enqueue ms | "
+             "in-process plain ms | in-process dnnprof ms | in-process overhead % |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for r in rows:
-        pct = r.get("harness_overhead_pct")
-        lines.append(f"| {r['model']} | {r['batch_size']} | {ms(r['plain'].get('p50_ms'))} | "
-                     f"{ms(r['dnnprof_p50_ms'])} | {'-' if pct is None else f'{pct:+.2f}'} |")
+        pct, pl = r.get("harness_overhead_pct"), r["plain"]
+        ipct = pl.get("in_process_overhead_pct")
+        lines.append(f"| {r['model']} | {r['batch_size']} | {ms(pl.get('p50_ms'))} | "
+                     f"{ms(r['dnnprof_p50_ms'])} | {'-' if pct is None else f'{pct:+.2f}'} | "
+                     f"{ms(pl.get('enqueue_p50_ms'))} | {ms(r.get('dnnprof_enqueue_ms'))} | "
+                     f"{ms(pl.get('in_process_plain_p50_ms'))} | {ms(pl.get('in_process_dnnprof_p50_ms'))} | "
+                     f"{'-' if ipct is None else f'{ipct:+.2f}'} |")
         if r["plain"].get("error"):
             notes.append(f"- {r['model']} batch {r['batch_size']}: plain loop failed: {r['plain']['error']}")
         if r["dnnprof_p50_ms"] is None:
@@ -161,7 +209,8 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 - keep the row, say why
                 plain = {"error": f"{type(e).__name__}: {e}"}
             row = {"model": model, "batch_size": int(b), "plain": plain,
-                   "dnnprof_p50_ms": eager["latency_ms"]["p50"] if eager else None}
+                   "dnnprof_p50_ms": eager["latency_ms"]["p50"] if eager else None,
+                   "dnnprof_enqueue_ms": eager["enqueue_ms"] if eager else None}
             if eager and plain.get("p50_ms"):
                 row["harness_overhead_pct"] = (eager["latency_ms"]["p50"] / plain["p50_ms"] - 1) * 100
             overhead.append(row)
