@@ -411,3 +411,18 @@ def test_phase_iterations_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     trial_mod._time(t, fake.runner(), ("host",), fake.buffers, Settings(warmup=1, iterations=7), True,
                     lambda f: None)
     assert len(t.latency_ms) == 7 and len(t.h2d_ms) == len(t.phase_latency_ms) == 3
+
+
+def test_progress_bar_draws_without_a_thread() -> None:
+    """The progress bar is drawn from the callback (between queries), never by a refresh thread that could take
+    the GIL in the middle of a timed query."""
+    import threading
+
+    from dnnprof.cli.bench import _progress
+
+    before = threading.active_count()
+    with _progress(enabled=True, total=2) as update:
+        assert threading.active_count() == before
+        update("eager batch 1", 0.5)
+        update("eager batch 1", 1.0)
+        assert threading.active_count() == before

@@ -167,6 +167,8 @@ def _profile_pass(spec: dict[str, Any], raw: dict[str, Any]) -> None:
 
 
 _T0 = time.monotonic()
+#: Seconds between two redraws of the progress bar.
+REFRESH_S = 0.1
 
 
 def _line(text: str) -> None:
@@ -182,6 +184,7 @@ class _progress:
         self._bar: Any = None
         self._task: Any = None
         self._label, self._finished = "", False
+        self._drawn = 0.0
 
     def _print(self, label: str, done: float) -> None:
         if label != self._label:
@@ -197,11 +200,21 @@ class _progress:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+        # No refresh thread: drawing in one would take the GIL in the middle of a timed query. The bar is drawn
+        # from the progress callback, which the timed loop calls between queries, at most REFRESH_S apart.
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.1f}/"
-                             "{task.total:.0f}"), TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                             "{task.total:.0f}"), TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                             auto_refresh=False)
         self._bar.start()
         self._task = self._bar.add_task("bench", total=self.total)
-        return lambda label, done: self._bar.update(self._task, description=label, completed=done)
+        return self._update
+
+    def _update(self, label: str, done: float) -> None:
+        self._bar.update(self._task, description=label, completed=done)
+        now = time.monotonic()
+        if label != self._label or now - self._drawn >= REFRESH_S:
+            self._label, self._drawn = label, now
+            self._bar.refresh()
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
