@@ -85,7 +85,7 @@ def reference_outputs(source: Source, batch_size: int) -> list[Any]:
 
 def run_trial(source: Source, backend: str, batch_size: int, settings: Settings, onnx: Any,
               reference: list[Any] | None, progress: Callable[[float], None] = lambda f: None) -> tuple[Trial, Any]:
-    """Prepare, warm up, check and time ``backend`` at ``batch_size``; returns the trial and its outputs."""
+    """Prepare, check, warm up and time ``backend`` at ``batch_size``; returns the trial and its outputs."""
     trial = Trial(backend=backend, batch_size=batch_size)
     host = tuple(source.inputs(batch_size))
     cuda = source.device == "cuda"
