@@ -40,7 +40,7 @@ def test_phases_add_up_to_latency(raw, doc) -> None:
         if r["status"] != "ok":
             continue
         parts = r["h2d_ms"] + r["gpu_compute_ms"] + r["d2h_ms"]
-        assert parts == pytest.approx(r["latency_ms"]["mean"], rel=0.1)
+        assert parts == pytest.approx(r["latency_ms"]["mean"], rel=0.1, abs=0.08)
         if r["backend"].startswith("onnxruntime"):  # its call waits for the GPU: no enqueue time to give
             assert r["enqueue_ms"] is None and r["null_reasons"]["enqueue_ms"]
         else:

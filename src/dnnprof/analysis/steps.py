@@ -34,8 +34,12 @@ def step_source(profile: Profile, rank: int = 0) -> str:
 
 def with_steps(profile: Profile, rank: int = 0) -> Profile:
     """The profile itself when the rank has steps; else a copy with the rank's steps inferred (optimizer or launch
-    pattern; other ranks keep theirs)."""
-    if (profile.tables["steps"]["rank"] == rank).any():
+    pattern; other ranks keep theirs). A rank whose only step is the whole trace (``dnnprof run`` found no
+    iterations and profiled the run as one window) counts as having none: a decode loop's graph replays are its
+    iterations."""
+    st = profile.tables["steps"]
+    mine = st["rank"] == rank
+    if mine.any() and not (st["source"][mine] == STEP_SOURCES.index("whole_trace")).all():
         return profile
     windows = _optimizer_windows(profile, rank)
     source = "optimizer"

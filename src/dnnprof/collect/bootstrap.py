@@ -223,7 +223,9 @@ def _at_exit(ctl: Any) -> None:
         if last is not None:
             ctl.note_exception(type(last), last)
     ctl.finalize()
-    if ctl.stopped_at_exit:
+    if ctl.stopped_at_exit or any(w is not None for w in (ctl.main, ctl.attrib, ctl.pending)):
+        # Once the profiler has run in this process, its end can stall (H100: also after windows that closed
+        # before the script ended).
         from dnnprof.collect.exit_guard import STALL_FILE, arm_exit_watchdog
 
         code = ctl.exit_code if ctl.exit_code is not None else (1 if ctl.exception is not None else 0)
