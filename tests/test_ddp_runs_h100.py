@@ -59,3 +59,18 @@ def test_a_collective_queued_behind_another_arrives_when_it_was_ready() -> None:
     assert ready is not None and ready.shape == start.shape and (ready <= start).all()
     assert int((start - ready > 5_000_000).sum()) >= 5  # buckets that sat ≥ 5 ms behind the first on the stream
     assert np.array_equal(collective_arrivals(p, 1) <= collective_spans(p, 1)[0], np.ones(start.size, dtype=bool))
+
+
+def test_a_backward_stalled_on_the_host_is_named_backward_on_four_gpus() -> None:
+    """tests/data/ddp_runs_h100_4gpu/backward_hook: rank 1 sleeps 30 ms in a backward hook; the timing window has
+    no autograd-thread ops, so only the idle GPU between its backward kernels shows it."""
+    from dnnprof.analysis.critical_path import critical_path
+    from dnnprof.ingest.detect import open_profile
+
+    cp = critical_path(open_profile(Path(__file__).parent / "data" / "ddp_runs_h100_4gpu" / "backward_hook"))
+    assert cp is not None
+    v = cp["verdict"]
+    assert (v["rank"], v["phase"], v["steps"], v["of_steps"]) == (1, "backward", 4, 4), v
+    assert 25_000 < v["excess_us_per_step"] < 45_000  # the 30 ms sleep
+    assert {r["rank"] for r in cp["per_rank"]} == {0, 1, 2, 3}
+    assert max(r["wait_us_per_step"] for r in cp["per_rank"]) > 25_000
