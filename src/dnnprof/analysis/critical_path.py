@@ -320,6 +320,7 @@ def rank_part(p: Profile, rank: int, feats: dict[str, np.ndarray] | None = None,
     """
     s, e, _ = collective_spans(p, rank)
     on_gpu = bool((p.tables["kernels"]["rank"] == rank).any())
+    kernel_start = s  # the collectives' own time (comm, overlap) is their kernels'; arrivals are when ready
     arrived = collective_arrivals(p, rank)
     if arrived is not None and arrived.size == s.size:
         s = arrived
@@ -333,7 +334,7 @@ def rank_part(p: Profile, rank: int, feats: dict[str, np.ndarray] | None = None,
         index[i] = seen[st]
         seen[st] += 1
     phases = rank_phases(p, rank, feats, kernel_phase)
-    ms, me = merge(s, e)
+    ms, me = merge(kernel_start, e)
     cs, ce = _compute(p, rank, phases["_host_any"])
     comm = int((me - ms).sum())
     over = int(covered_per_window(cs, ce, ms, me).sum()) if ms.size and cs.size else 0
