@@ -135,3 +135,18 @@ def test_a_bad_cache_bound_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: 
     assert main(["analyze", str(DDP), "--workers", "1", "-q"]) == 2
     err = capsys.readouterr().err.strip()
     assert "DNNPROF_RANK_CACHE_MB=lots" in err and len(err.splitlines()) == 1
+
+
+def test_a_run_directory_of_four_gpu_ranks_through_the_pool_is_the_serial_answer(tmp_path: Path) -> None:
+    """``dnnprof analyze RUN --workers 2`` on a run directory of every rank (`dnnprof run -- torchrun`, 4 H100s,
+    rank 1 stalled in backward): each rank's timing and attribution windows joined in a worker, the same summary
+    as one process."""
+    run = DATA / "ddp_runs_h100_4gpu" / "backward_hook"
+    docs = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"w{workers}.json"
+        assert main(["analyze", str(run), "--workers", workers, "--json", str(out), "--quiet"]) == 0
+        docs.append(json.loads(out.read_text()))
+    assert docs[0] == docs[1]
+    v = docs[1]["critical_path"]["verdict"]
+    assert (v["rank"], v["phase"]) == (1, "backward") and docs[1]["collectives"]["instances"] == 84
