@@ -110,16 +110,21 @@ def test_the_exit_status_a_script_ends_with() -> None:
 
 
 def test_dnnprof_run_ends_a_script_that_stalls_after_its_profile_is_written(tmp_path: Path) -> None:
-    """A script ending inside the profiled window whose process then never ends (an exit handler that runs after
-    dnnprof's, standing for the CUDA profiler's teardown): the run completes, names the stall, and passes on the
-    status the script ended with."""
+    """A script ending inside the profiled window whose process then never ends after its exit handlers (an object
+    whose finaliser blocks in a read, at interpreter teardown, standing for the CUDA profiler's teardown): the run
+    completes, names the stall, and passes on the status the script ended with."""
     import os
     import time
 
     script = tmp_path / "train.py"
     script.write_text("""
-import atexit, sys, threading
-atexit.register(lambda: threading.Event().wait())  # registered before torch: runs after dnnprof's flush
+import os, sys
+class Stall:  # its finaliser runs at interpreter teardown, after every exit handler, and never returns
+    def __init__(self):
+        self.r, self.w = os.pipe()
+    def __del__(self):
+        os.read(self.r, 1)
+stall = Stall()
 import torch
 model = torch.nn.Linear(8, 8)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -137,9 +142,40 @@ sys.exit(3)
                        text=True, timeout=120)
     took = time.monotonic() - t0
     assert r.returncode == 3, r.stderr
-    assert "did not end within 2 s of writing its profile" in r.stderr and "exit status 3" in r.stderr, r.stderr
+    assert "stopped making progress for 2 s after its exit handlers" in r.stderr, r.stderr
+    assert "ending with status 3; dnnprof exits with 3" in r.stderr, r.stderr
     assert "interrupted" not in r.stderr, r.stderr
     run = out if out.exists() else out.with_name("run.incomplete")  # it ended inside the window: partial
     assert '"exit_stalls": [{"rank": null, "limit_s": 2.0, "signal": "SIGTERM", "script_exit_code": 3}]' in \
         json.dumps(json.loads((run / "meta.json").read_text()))
     assert took < 60
+
+
+def test_the_watchdog_waits_while_the_process_works_or_has_children(tmp_path: Path) -> None:
+    """Exit work that makes progress (CPU time, a child process still running) is not a stall: only the hard
+    limit would end it."""
+    r = _run("""
+import subprocess, sys, time
+from dnnprof.collect.exit_guard import arm_exit_watchdog
+arm_exit_watchdog("busy.json", None, limit_s=0.5)
+t = time.monotonic()
+while time.monotonic() - t < 1.5:  # computing, past the limit
+    pass
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+time.sleep(1.7)  # idle itself, but its child runs
+child.wait()
+print("ended by itself")
+""", tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ended by itself", (r.returncode, r.stderr)
+    assert not (tmp_path / "busy.json").exists()
+
+
+def test_a_status_not_seen_is_unknown_not_zero(tmp_path: Path) -> None:
+    r = _run("""
+import threading
+from dnnprof.collect.exit_guard import arm_exit_watchdog
+arm_exit_watchdog("unknown.json", None, limit_s=0.5)
+threading.Event().wait()
+""", tmp_path)
+    assert r.returncode == -15
+    assert json.loads((tmp_path / "unknown.json").read_text())["script_exit_code"] is None

@@ -76,14 +76,14 @@ def collective_arrivals(p: Profile, rank: int, rows: np.ndarray | None = None) -
     A collective kernel that queued behind an earlier one on its stream starts later than that: taking its start
     as the arrival would hide every delay after a rank's first collective of a step (DDP's later buckets carry a
     slow backward's excess). ``min(start, ready)``; None on a rank without kernels. ``rows``: the collective kernel
-    rows to answer for, in that order (default: the rank's, by start)."""
+    rows to answer for, in that order (default: :func:`collective_spans`' rows, in its order)."""
     k = p.tables["kernels"]
     mine = np.flatnonzero(k["rank"] == rank)
     if not mine.size:
         return None
     coll = collective_mask(p, mine)
     crow, orow = mine[coll], mine[~coll]
-    crow = crow[np.argsort(k["start_ns"][crow], kind="stable")] if rows is None else np.asarray(rows)
+    crow = crow if rows is None else np.asarray(rows)  # default: collective_spans' rows, in its order
     start = k["start_ns"][crow].astype(np.int64)
     rt_start = p.tables["runtime"]["start_ns"]
 
@@ -152,7 +152,9 @@ def _gpu_phase_intervals(p: Profile, rank: int, host: dict[str, tuple[np.ndarray
 
     k = p.tables["kernels"]
     rows = np.flatnonzero(k["rank"] == rank)
-    rows = rows[~collective_mask(p, rows)]
+    coll = collective_mask(p, rows)
+    comm = merge(k["start_ns"][rows[coll]], k["start_ns"][rows[coll]] + k["dur_ns"][rows[coll]])
+    rows = rows[~coll]
     s = k["start_ns"][rows]
     e = s + k["dur_ns"][rows]
     ph = kernel_phase[rows]
@@ -178,6 +180,7 @@ def _gpu_phase_intervals(p: Profile, rank: int, host: dict[str, tuple[np.ndarray
                     np.concatenate([out[n][1] for n in ("data_loading", "optimizer", "backward", "forward")]))
     for name, (gs, ge) in _gaps_within_phase(s, e, ph, KERNEL_PHASES).items():
         gs, ge = _minus(gs, ge, *claimed)
+        gs, ge = _minus(gs, ge, *comm)  # a collective running there: the rank waits on the others, not on its host
         a = out[name]
         out[name] = merge(np.concatenate([a[0], gs]), np.concatenate([a[1], ge]))
     out["_any"] = merge(np.concatenate([out[n][0] for n in ("data_loading", "optimizer", "backward", "forward")]),
@@ -196,12 +199,7 @@ def _gaps_within_phase(s: np.ndarray, e: np.ndarray, ph: np.ndarray,
     s, e, ph = s[order], e[order], ph[order]
     reach = np.maximum.accumulate(e)
     # The kernel holding the stretch's end so far (the latest-ending kernel among those started).
-    holder = np.zeros(s.size, dtype=np.int64)
-    best = 0
-    for i in range(1, s.size):  # one pass; kernels per rank in a profile's windows: thousands
-        if e[i] >= e[best]:
-            best = i
-        holder[i] = best
+    holder = np.maximum.accumulate(np.where(e >= reach, np.arange(s.size), 0))
     gap = np.flatnonzero(s[1:] > reach[:-1])  # kernel i+1 starts a new busy stretch
     before, after = ph[holder[gap]], ph[gap + 1]
     for name in ("backward",):
@@ -325,8 +323,10 @@ def rank_part(p: Profile, rank: int, feats: dict[str, np.ndarray] | None = None,
     if arrived is not None and arrived.size == s.size:
         s = arrived
     numbers, ss, se = _steps(p, rank, on_gpu)
-    idx = np.searchsorted(ss, s, side="right") - 1
-    ok = (idx >= 0) & (s < se[np.clip(idx, 0, None)]) if ss.size else np.zeros(s.size, dtype=bool)
+    # The step is the kernel's (its start, as the collectives table counts), whatever its arrival: a collective
+    # that is its step's first GPU work was ready before the step's GPU window began.
+    idx = np.searchsorted(ss, kernel_start, side="right") - 1
+    ok = ((idx >= 0) & (kernel_start < se[np.clip(idx, 0, None)])) if ss.size else np.zeros(s.size, dtype=bool)
     step = np.where(ok, numbers[np.clip(idx, 0, None)] if ss.size else -1, -1)
     index = np.zeros(step.size, dtype=np.int64)
     seen: Counter[int] = Counter()

@@ -71,6 +71,8 @@ class TorchImportWatcher(importlib.abc.MetaPathFinder):
 def install() -> None:
     """Arrange for :func:`activate` to run when torch is imported (now, if it already is)."""
     run_dir = Path(os.environ[ENV_RUN_DIR])
+    # Registered before anything of the program's: runs after every other exit handler (see _last_at_exit).
+    atexit.register(_last_at_exit)
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "nn"):
         activate(torch, run_dir)
@@ -205,13 +207,15 @@ def activate(torch: ModuleType, run_dir: Path) -> None:
     def exit_noting_status(code: object = None) -> None:
         from dnnprof.collect.exit_guard import exit_status
 
-        ctl.exit_code = exit_status(code)
+        if threading.current_thread() is threading.main_thread():  # elsewhere it ends only that thread
+            ctl.exit_code = exit_status(code)
         real_exit(code)
 
     sys.exit = exit_noting_status  # type: ignore[assignment]  # the status a stalled exit must still pass on
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         # SIGTERM would kill the process before atexit: turn it into SystemExit so the profile gets flushed.
         def on_term(signum: int, frame: Any) -> None:
+            ctl.exit_code = 128 + signum
             raise SystemExit(128 + signum)
 
         signal.signal(signal.SIGTERM, on_term)
@@ -223,10 +227,18 @@ def _at_exit(ctl: Any) -> None:
         if last is not None:
             ctl.note_exception(type(last), last)
     ctl.finalize()
-    if ctl.stopped_at_exit or any(w is not None for w in (ctl.main, ctl.attrib, ctl.pending)):
-        # Once the profiler has run in this process, its end can stall (H100: also after windows that closed
-        # before the script ended).
-        from dnnprof.collect.exit_guard import STALL_FILE, arm_exit_watchdog
 
-        code = ctl.exit_code if ctl.exit_code is not None else (1 if ctl.exception is not None else 0)
-        arm_exit_watchdog(ctl.dir / STALL_FILE, code)
+
+def _last_at_exit() -> None:
+    """After every exit handler of the program's: once the profiler has run in this process, its end can stall
+    (H100: every thread asleep in the CUDA profiler's teardown, also after windows that closed before the script
+    ended), so a watchdog ends the process if it stops making progress (``exit_guard.arm_exit_watchdog``)."""
+    ctl = _controller
+    if ctl is None or not (ctl.stopped_at_exit or any(w is not None for w in (ctl.main, ctl.attrib, ctl.pending))):
+        return
+    from dnnprof.collect.exit_guard import STALL_FILE, arm_exit_watchdog
+
+    # The status when seen: sys.exit's argument on the main thread, 128 + N after signal N, 1 after an uncaught
+    # exception; else unknown (None): a ``raise SystemExit(n)`` at the top level is not seen.
+    code = ctl.exit_code if ctl.exit_code is not None else (1 if ctl.exception is not None else None)
+    arm_exit_watchdog(ctl.dir / STALL_FILE, code)

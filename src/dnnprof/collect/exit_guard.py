@@ -79,69 +79,101 @@ def _nothing(signum: int, frame: Any) -> None:
 
 
 # --- after the exit flush ------------------------------------------------------------------------------------------
-#: Seconds a process may take to end once its profile is written at exit, before the watchdog ends it.
-STALL_LIMIT_S = 30.0
+#: Seconds a process may go without using CPU time, once every exit handler has run, before the watchdog ends it;
+#: and the most it may take in all, working or not.
+STALL_LIMIT_S, STALL_HARD_LIMIT_S = 30.0, 600.0
 ENV_STALL_LIMIT = "DNNPROF_EXIT_STALL_LIMIT_S"
 #: Written beside the collector's results by the watchdog when it had to end the process.
 STALL_FILE = "exit_stall.json"
 
-#: The watchdog, run by ``python -S`` (no site, so no dnnprof bootstrap and no import of the project): poll the
-#: process; past the limit write the stall file, send SIGTERM, and SIGKILL 5 s later if it is still there.
+#: The watchdog, run by ``python -S`` (no site, so no dnnprof bootstrap and no import of the project). It polls the
+#: process: gone → done. A process that still has child processes (a pool being joined) or whose CPU time grows is
+#: working: only the hard limit ends it. Past the limit without progress it writes the stall file, sends SIGTERM,
+#: and SIGKILL 5 s later if the process is still there. The process is known by its pid and start time, so a
+#: recycled pid is never signalled.
 _WATCHDOG = """
 import json, os, signal, sys, time
-pid, limit, path, code = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-def alive():
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+pid, limit, hard, path = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+code = None if sys.argv[5] == "none" else int(sys.argv[5])
+me = os.getpid()
+def stat():
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-t0 = time.monotonic()
-while time.monotonic() - t0 < limit:
-    if not alive():
-        sys.exit(0)
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[11]) + int(fields[12]), fields[19]
+    except (OSError, IndexError, ValueError):
+        return None
+first = stat()
+if first is None:
+    sys.exit(0)
+born = first[2]
+def alive():
+    s = stat()
+    return s is not None and s[0] != "Z" and s[2] == born
+def children():
+    out = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [c for c in f.read().split() if int(c) != me]
+    except (OSError, ValueError):
+        pass
+    return out
+t0 = last = time.monotonic()
+cpu = first[1]
+while True:
     time.sleep(0.2)
-tmp = path + ".tmp"
-with open(tmp, "w") as f:
-    json.dump({"limit_s": limit, "script_exit_code": code, "signal": "SIGTERM"}, f)
-os.replace(tmp, path)
+    s = stat()
+    if s is None or s[0] == "Z" or s[2] != born:
+        sys.exit(0)
+    now = time.monotonic()
+    if s[1] > cpu + 1 or children():  # more than one clock tick of CPU time, or children still there: working
+        last = now
+    cpu = s[1]
+    if now - last >= limit or now - t0 >= hard:
+        break
+def note(sig):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"limit_s": limit, "script_exit_code": code, "signal": sig}, f)
+    os.replace(tmp, path)
+note("SIGTERM")
 os.kill(pid, signal.SIGTERM)
 for _ in range(25):
     time.sleep(0.2)
     if not alive():
         sys.exit(0)
-with open(tmp, "w") as f:
-    json.dump({"limit_s": limit, "script_exit_code": code, "signal": "SIGKILL"}, f)
-os.replace(tmp, path)
+note("SIGKILL")
 os.kill(pid, signal.SIGKILL)
 """
 
 
-def arm_exit_watchdog(stall_file: os.PathLike[str] | str, exit_code: int, limit_s: float | None = None) -> bool:
-    """End this process if it has not ended ``limit_s`` after this call (default :data:`STALL_LIMIT_S`, or
-    ``$DNNPROF_EXIT_STALL_LIMIT_S``), noting ``exit_code`` — the status the script was ending with — in
-    ``stall_file`` for ``dnnprof run`` to pass on.
+def arm_exit_watchdog(stall_file: os.PathLike[str] | str, exit_code: int | None, limit_s: float | None = None,
+                      hard_limit_s: float = STALL_HARD_LIMIT_S) -> bool:
+    """End this process once it has gone ``limit_s`` without using CPU time and without child processes (default
+    :data:`STALL_LIMIT_S`, or ``$DNNPROF_EXIT_STALL_LIMIT_S``), or ``hard_limit_s`` after this call in any case,
+    noting ``exit_code`` — the status the script was ending with, None when not seen — in ``stall_file`` for
+    ``dnnprof run`` to pass on.
 
-    Measured on an H100 (PyTorch 2.11): a script that ends while a profiling window is open gets its profile
-    written by the exit handler, then never ends — every thread in a futex wait in the CUDA profiler's teardown,
-    after the interpreter's own. No thread of this interpreter runs by then, so the watchdog is a separate process
-    (its own session, so a terminal's Ctrl-C or the end of a job step does not take it first). False when it could
-    not be started (the process then ends as it would have)."""
+    Measured on an H100 (PyTorch 2.11): a script whose profiler ran can, after its profile is written and its exit
+    handlers have run, never end — every thread in a futex wait in the CUDA profiler's teardown. No thread of this
+    interpreter runs by then, so the watchdog is a separate process (its own session, so a terminal's Ctrl-C or the
+    end of a job step does not take it first). Call it from the last exit handler. Under torchrun a rank ended this
+    way is a failed worker to the launcher, which then ends the others (or restarts them with ``--max-restarts``):
+    it is ended only when it has stopped making progress. False when the watchdog could not be started (the
+    process then ends as it would have)."""
     import subprocess
     import sys
 
     env = os.environ.get(ENV_STALL_LIMIT)
     limit = float(env) if limit_s is None and env else (STALL_LIMIT_S if limit_s is None else limit_s)
+    if not sys.executable:
+        return False
     try:
-        subprocess.Popen([sys.executable, "-S", "-c", _WATCHDOG, str(os.getpid()), str(limit), os.fspath(stall_file),
-                          str(int(exit_code))], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True)
+        subprocess.Popen([sys.executable, "-S", "-c", _WATCHDOG, str(os.getpid()), str(limit), str(hard_limit_s),
+                          os.fspath(stall_file), "none" if exit_code is None else str(int(exit_code))],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         close_fds=True, start_new_session=True)
     except OSError:
         return False
     return True

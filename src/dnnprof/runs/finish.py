@@ -56,9 +56,14 @@ def _messages(status: str, col: dict[str, Any] | None, run_meta: dict[str, Any],
         msgs += [n for n in col["notes"] if not n.startswith("NVML sampling turned off")]
     for stall in run_meta.get("exit_stalls") or []:
         who = f"rank {stall['rank']}'s process" if stall.get("rank") is not None else "the script's process"
-        msgs.append(f"{who} did not end within {stall['limit_s']:g} s of writing its profile (a stall in the CUDA "
-                    f"profiler's teardown at exit): dnnprof ended it with {stall['signal']}; what it wrote is "
-                    f"kept; exit status {stall['script_exit_code']} is the one the script ended with")
+        code = stall.get("script_exit_code")
+        status = (f"the script was ending with status {code}" if code is not None else
+                  "the status the script was ending with was not seen (a top-level `raise SystemExit(n)` is not)")
+        tail = ("; the launcher counts that rank as failed" if stall.get("rank") is not None else
+                f"; dnnprof exits with {code}" if code is not None else "")
+        msgs.append(f"{who} stopped making progress for {stall['limit_s']:g} s after its exit handlers had run "
+                    f"(seen with the CUDA profiler's teardown on H100s): dnnprof ended it with {stall['signal']}; what "
+                    f"it wrote is kept; {status}{tail}")
     exc = (col or {}).get("script", {}).get("exception")
     if run_meta.get("exit_code"):
         tail = f" ({exc['type']}: {exc['message'].splitlines()[0] if exc['message'] else ''})" if exc else ""

@@ -108,8 +108,8 @@ def ignores_sigint(pid: int) -> bool:
     return False
 
 
-def _wait(proc: subprocess.Popen[bytes], staging: Path, echo: Callable[[str], None]) -> tuple[int, bool]:
-    """Wait for the child; returns (exit code, interrupted)."""
+def _wait(proc: subprocess.Popen[bytes], staging: Path, echo: Callable[[str], None]) -> tuple[int, bool, bool]:
+    """Wait for the child; returns (exit code, interrupted, whether dnnprof itself got SIGINT or SIGTERM)."""
     state = {"sigint": 0, "t": 0.0, "forwarded": False, "term": False}
 
     def on_sigint(signum: int, frame: Any) -> None:
@@ -146,7 +146,8 @@ def _wait(proc: subprocess.Popen[bytes], staging: Path, echo: Callable[[str], No
             signal.signal(signal.SIGTERM, old_term)
     if rc < 0:
         rc = 128 - rc
-    return rc, bool(state["sigint"] or state["term"] or rc in (130, 143))
+    by_user = bool(state["sigint"] or state["term"])
+    return rc, by_user or rc in (130, 143), by_user
 
 
 def run_command(
@@ -201,12 +202,14 @@ def run_command(
     except OSError as e:
         shutil.rmtree(rd.staging, ignore_errors=True)  # nothing ran: leave nothing behind
         raise FileNotFoundError(f"{command[0]}: cannot run ({e.strerror})") from None
-    rc, interrupted = _wait(proc, rd.staging, say)
+    rc, interrupted, by_user = _wait(proc, rd.staging, say)
     stalls = exit_stalls(rd.staging)
-    if stalls:  # ended by dnnprof's exit watchdog after the profile was written: not the user's interrupt
+    if stalls and not by_user:  # ended by dnnprof's exit watchdog, not by an interrupt
         interrupted = False
-        if rc in (128 + signal.SIGTERM, 128 + signal.SIGKILL) or (len(stalls) == 1 and stalls[0]["rank"] is None):
-            rc = max(s["script_exit_code"] for s in stalls)
+        own = [s for s in stalls if s["rank"] is None]
+        if own and rc in (128 + signal.SIGTERM, 128 + signal.SIGKILL):
+            seen = own[0]["script_exit_code"]
+            rc = seen if seen is not None else rc  # unknown: the signal's status stands
     run_meta = {
         "name": rd.final.name, "command": command, "cwd": str(cwd), "exit_code": rc, "interrupted": interrupted,
         "started_unix_s": started, "duration_s": round(time.time() - started, 3), "workload": workload,
@@ -233,8 +236,9 @@ def exit_stalls(staging: Path) -> list[dict[str, Any]]:
         try:
             d = json.loads(path.read_text())
             rank = None if path.parent == staging else int(path.parent.name[len("rank"):])
+            code = d["script_exit_code"]
             out.append({"rank": rank, "limit_s": float(d["limit_s"]), "signal": str(d["signal"]),
-                        "script_exit_code": int(d["script_exit_code"])})
+                        "script_exit_code": None if code is None else int(code)})
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
