@@ -23,10 +23,11 @@ inside it has ended; the forward and backward it ran before keep their own phase
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from dnnprof.analysis.factorize import unique_strings
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
 
@@ -51,6 +52,18 @@ class Attribution:
     op_name: np.ndarray  # object array: the launching op ("" when none)
     level: str  # "module", "op" or "none": the best level reached for most GPU time
     source: np.ndarray | None = None  # object array: innermost user-code frame "file.py:line (func)", "" unknown
+    _codes: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False, compare=False)
+
+    def codes(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """``np.unique(<field name>, return_inverse=True)`` of ``layer``, ``op_name`` or ``source``: the distinct
+        values, sorted, and each row's index into them; computed once (:func:`attribute` fills them from the
+        string ids it had, without sorting the rows)."""
+        if name not in self._codes:
+            values = getattr(self, name)
+            values = np.empty(0, dtype=object) if values is None else values
+            uniq, inv = np.unique(values, return_inverse=True)
+            self._codes[name] = (uniq, inv.reshape(-1))
+        return self._codes[name]
 
 
 def inherit(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -155,8 +168,8 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     top_input_copy = np.zeros(n, dtype=bool)
     ok = top_op >= 0
     top_input_copy[ok] = input_copy[top_op[ok]]
-    return {"names": names, "module": module, "top_op": top_op, "optimizer": optimizer, "backward": backward,
-            "dataloader": dataloader, "input_copy": top_input_copy, "source": source}
+    return {"names": names, "name_id": ops["name_id"], "module": module, "top_op": top_op, "optimizer": optimizer,
+            "backward": backward, "dataloader": dataloader, "input_copy": top_input_copy, "source": source}
 
 
 def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own: np.ndarray,
@@ -236,6 +249,7 @@ def attribute(profile: Profile, table: str = "kernels") -> Attribution:
         f["module"][:] = -1
         f["top_op"][:] = -1
         f["source"][:] = -1
+        f["name_id"][:] = -1
     module = np.where(has_op, f["module"][r], -1)
     if table != "ops" and "module_id" in t:  # work replayed from a CUDA graph carries the layer it was captured in
         module = np.where(t["module_id"] >= 0, t["module_id"], module)
@@ -244,6 +258,8 @@ def attribute(profile: Profile, table: str = "kernels") -> Attribution:
     layer = np.where(module >= 0, strings[np.where(module >= 0, module, -1)], "")
     op_level = (module < 0) & (top >= 0)
     layer[op_level] = f["names"][top[op_level]]
+    layer_id = np.where(module >= 0, module, -1)
+    layer_id[op_level] = f["name_id"][top[op_level]]
     phase = np.full(n, PHASES.index("forward"), dtype=np.int8)
     phase[has_op & f["backward"][r]] = PHASES.index("backward")
     phase[has_op & f["optimizer"][r]] = PHASES.index("optimizer")
@@ -258,4 +274,5 @@ def attribute(profile: Profile, table: str = "kernels") -> Attribution:
     by_op = dur[has_op].sum() / total
     level = "module" if by_module >= 0.5 else ("op" if by_op >= 0.5 else "none")
     return Attribution(layer=layer.astype(object), phase=phase, op_name=op_name.astype(object), level=level,
-                       source=source)
+                       source=source, _codes={"layer": unique_strings(layer_id, strings),
+                                              "source": unique_strings(src_id, strings)})

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dnnprof.analysis.attribution import PHASES, Attribution
+from dnnprof.analysis.factorize import row_keys
 from dnnprof.analysis.kernel_names import family, precision, short_name, uses_tensor_cores
 from dnnprof.model.profile import Profile
 
@@ -44,6 +45,23 @@ def _dominant(keys: np.ndarray, weights: np.ndarray) -> object:
     return uniq[int(np.argmax(np.bincount(inv, weights=weights)))]
 
 
+def _dominant_code(uniq: np.ndarray, codes: np.ndarray, weights: np.ndarray) -> object:
+    """``_dominant(uniq[codes], weights)`` for codes into sorted distinct values (``Attribution.codes``): the
+    same answer, ties included, from a sort of small integers instead of strings."""
+    present, inv = np.unique(codes, return_inverse=True)
+    return uniq[present[int(np.argmax(np.bincount(inv, weights=weights)))]]
+
+
+def _dominant_config_position(config: np.ndarray, cfg_key: np.ndarray, rows: np.ndarray, d: np.ndarray) -> int:
+    """The position, among the distinct launch configurations of ``rows`` ordered by ``hash`` of their tuple, of
+    the one with the most time. Each distinct configuration is hashed once (``cfg_key``: :func:`row_keys` of
+    ``config``), not every launch."""
+    _, first, inv = np.unique(cfg_key[rows], return_index=True, return_inverse=True)
+    hashes = np.array([hash(tuple(r)) for r in config[rows[first]].tolist()])
+    _, by_hash = np.unique(hashes, return_inverse=True)
+    return int(np.argmax(np.bincount(by_hash.reshape(-1)[inv.reshape(-1)], weights=d)))
+
+
 def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None = None,
                    occupancy: dict[str, np.ndarray] | None = None) -> list[KernelRow]:
     """Every distinct kernel, sorted by total time (descending).
@@ -65,28 +83,31 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
     grand = float(dur.sum()) or 1.0
     config = np.stack([k[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                                        "registers_per_thread", "shared_memory_bytes")], axis=1)
+    cfg_key = row_keys([config[:, j] for j in range(config.shape[1])])
     occ = k["est_occupancy_pct"].astype(np.float64)
+    layers = attribution.codes("layer") if attribution.layer.size else None
+    sources = attribution.codes("source") if attribution.source is not None else None
     out: list[KernelRow] = []
     for a, b, total in zip(starts.tolist(), ends.tolist(), totals.tolist(), strict=True):
         rows = rows_s[a:b]
         d = dur_s[a:b].astype(np.float64)
         name = profile.strings[int(ids_s[a])]
-        cfg_keys = np.array([hash(tuple(r)) for r in config[rows].tolist()])
-        best = rows[int(np.argmax(np.bincount(np.unique(cfg_keys, return_inverse=True)[1], weights=d)))]
+        # as before: the dominant configuration's position among the distinct ones, taken as a position in rows
+        best = rows[_dominant_config_position(config, cfg_key, rows, d)]
         o = occ[rows]
         ok = ~np.isnan(o)
         out.append(KernelRow(
             name=name, short_name=short_name(name), family=family(name), tensor_core=uses_tensor_cores(name),
             precision=precision(name), calls=int(b - a), total_ns=int(total), pct=100.0 * total / grand,
             mean_ns=float(total) / (b - a), min_ns=int(dur_s[a]), max_ns=int(dur_s[b - 1]),
-            layer=str(_dominant(attribution.layer[rows], d)) if attribution.layer.size else "",
+            layer=str(_dominant_code(layers[0], layers[1][rows], d)) if layers is not None else "",
             phase=PHASES[int(_dominant(attribution.phase[rows], d))] if attribution.phase.size else "other",
             grid=[int(x) for x in config[best, 0:3]], block=[int(x) for x in config[best, 3:6]],
             registers_per_thread=int(config[best, 6]), shared_memory_bytes=int(config[best, 7]),
             est_achieved_occupancy_pct=float(np.average(o[ok], weights=d[ok])) if ok.any() and d[ok].sum() > 0
             else (float(o[ok].mean()) if ok.any() else float("nan")),
             rows=rows,
-            source=str(_dominant(attribution.source[rows], d)) if attribution.source is not None and rows.size else "",
+            source=str(_dominant_code(sources[0], sources[1][rows], d)) if sources is not None and rows.size else "",
             **_occupancy_fields(occupancy, rows, d, best),
         ))
     # ties by name: the same order however the profile numbered its strings (one rank alone, or merged after others)
@@ -122,8 +143,27 @@ def group_by(keys: np.ndarray, dur_ns: np.ndarray) -> list[GroupRow]:
     if keys.size == 0:
         return []
     uniq, inv = np.unique(keys, return_inverse=True)
-    totals = np.bincount(inv, weights=dur_ns.astype(np.float64))
-    calls = np.bincount(inv)
+    return group_by_sorted(uniq, inv.reshape(-1), dur_ns)
+
+
+def group_by_codes(names: np.ndarray, codes: np.ndarray, dur_ns: np.ndarray) -> list[GroupRow]:
+    """``group_by(names[codes], dur_ns)`` for integer codes into distinct ``names``: the same rows in the same
+    order, without sorting the keys of every row."""
+    if codes.size == 0:
+        return []
+    present, inv = np.unique(codes, return_inverse=True)
+    inv = inv.reshape(-1)
+    order = np.argsort(names[present], kind="stable")  # group_by's order: by name, before the sort by time
+    rank_of = np.empty(order.size, dtype=np.int64)
+    rank_of[order] = np.arange(order.size)
+    return group_by_sorted(names[present][order], rank_of[inv], dur_ns)
+
+
+def group_by_sorted(uniq: np.ndarray, inv: np.ndarray, dur_ns: np.ndarray) -> list[GroupRow]:
+    """Total time and calls per key, sorted by time (stable: ties keep ``uniq``'s order); ``inv``: each row's
+    index into the sorted distinct keys ``uniq``."""
+    totals = np.bincount(inv, weights=dur_ns.astype(np.float64), minlength=uniq.size)
+    calls = np.bincount(inv, minlength=uniq.size)
     grand = float(totals.sum()) or 1.0
     rows = [GroupRow(str(u), int(c), int(t), 100.0 * t / grand)
             for u, c, t in zip(uniq.tolist(), calls.tolist(), totals.tolist(), strict=True)]

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnprof.analysis.factorize import row_keys
 from dnnprof.model.device import DeviceInfo
 
 KB = 1024
@@ -394,9 +395,10 @@ def kernel_occupancy(kernels: dict[str, np.ndarray], device: DeviceInfo) -> dict
     idx = np.flatnonzero(known)
     if idx.size == 0:
         return out
-    keys, inverse = np.unique(
-        np.stack([threads[idx], regs[idx], smem[idx]], axis=1), axis=0, return_inverse=True
-    )
+    # one key per distinct (threads, registers, shared memory): a sort of int64, not of 3-column records
+    _, first, inverse = np.unique(row_keys([threads[idx], regs[idx], smem[idx]]), return_index=True,
+                                  return_inverse=True)
+    keys = np.stack([threads[idx][first], regs[idx][first], smem[idx][first]], axis=1)
     u_pct = np.empty(len(keys), dtype=np.float32)
     u_blocks = np.empty(len(keys), dtype=np.int32)
     u_lim = np.empty(len(keys), dtype=object)

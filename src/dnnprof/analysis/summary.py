@@ -16,7 +16,7 @@ from dnnprof.analysis.checks import profile_checks
 from dnnprof.analysis.collectives import collectives_across
 from dnnprof.analysis.critical_path import critical_path
 from dnnprof.analysis.host_ops import host_ops
-from dnnprof.analysis.kernel_summary import KernelRow, group_by, kernel_summary
+from dnnprof.analysis.kernel_summary import KernelRow, group_by_codes, kernel_summary
 from dnnprof.analysis.occupancy import kernel_occupancy
 from dnnprof.analysis.ranks import rank_overview
 from dnnprof.analysis.serving import serving_loop
@@ -99,13 +99,16 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
     k = p.tables["kernels"]
     mine = (k["rank"] == rank) if k["rank"].size else np.ones(k["dur_ns"].size, dtype=bool)
     kd = k["dur_ns"][mine]
-    phase_of, layer_of = a.attribution.phase[mine], a.attribution.layer[mine]  # attribution covers every rank
+    phase_of = a.attribution.phase[mine]  # attribution covers every rank
+    layer_names, layer_codes = a.attribution.codes("layer")
+    layer_codes = layer_codes[mine]
+    unattributed = 0 if layer_names.size and layer_names[0] == "" else -1  # "" sorts first
     tc_ns = sum(r.total_ns for r in a.kernels if r.tensor_core)
     kernel_total = sum(r.total_ns for r in a.kernels)
     window = u.total("window_ns")
-    phases = group_by(np.array([PHASES[i] for i in phase_of], dtype=object), kd)
+    phases = group_by_codes(np.array(PHASES, dtype=object), phase_of, kd)
     phase_ns = {g.name: g.total_ns for g in phases}
-    layer_rows = group_by(layer_of, kd) if kd.size else []
+    layer_rows = group_by_codes(layer_names, layer_codes, kd) if kd.size else []
     vendor = device_vendor(p, dev)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
@@ -151,7 +154,7 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
         },
         "attribution": {
             "level": a.attribution.level,
-            "attributed_pct": _num(100.0 * float(kd[layer_of != ""].sum()) / kernel_total)
+            "attributed_pct": _num(100.0 * float(kd[layer_codes != unattributed].sum()) / kernel_total)
             if kernel_total else None,
         },
         "kernels": _with_counters(p, [_kernel_json(r) for r in a.kernels]),

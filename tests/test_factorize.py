@@ -1,0 +1,75 @@
+"""The grouping fast paths give exactly what ``np.unique`` gives, on real kernels and on edge cases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dnnprof.analysis.attribution import attribute
+from dnnprof.analysis.factorize import row_keys, unique_strings
+from dnnprof.analysis.kernel_summary import _dominant, _dominant_code, group_by, group_by_codes
+from dnnprof.ingest.kineto import read_kineto
+
+DATA = Path(__file__).resolve().parent / "data"
+TRACE = DATA / "deepspeech_train_h200"
+
+
+def _reference(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    uniq, inv = np.unique(values, return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
+def test_unique_strings_matches_np_unique_with_duplicates_and_missing() -> None:
+    lut = np.array(["b", "a", "", "b", "zz", ""], dtype=object)  # "b" under two ids, "" also as id -1
+    ids = np.array([0, 3, -1, 2, 1, 0, -1, 4, 3])
+    uniq, inv = unique_strings(ids, lut)
+    ref_u, ref_inv = _reference(lut[np.where(ids < 0, len(lut) - 1, ids)])
+    assert uniq.tolist() == ref_u.tolist() == ["", "a", "b", "zz"]
+    assert inv.tolist() == ref_inv.tolist()
+
+
+def test_unique_strings_of_nothing() -> None:
+    uniq, inv = unique_strings(np.empty(0, dtype=np.int64), np.array([""], dtype=object))
+    assert uniq.size == 0 and inv.size == 0
+
+
+def test_row_keys_equal_exactly_when_rows_equal() -> None:
+    rng = np.random.default_rng(0)
+    cols = [rng.integers(-3, 4, 500), rng.integers(0, 2, 500),
+            rng.integers(-2**62, 2**62, 500) // 2**40 * 2**40,  # wide column: renumbered before it is combined
+            rng.integers(0, 3, 500)]
+    keys = row_keys(cols)
+    _, by_rows = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    _, by_keys = np.unique(keys, return_inverse=True)
+    # the same partition of the rows
+    pairs = set(zip(by_rows.reshape(-1).tolist(), by_keys.reshape(-1).tolist(), strict=True))
+    assert len(pairs) == len(set(by_rows.reshape(-1).tolist())) == len(set(by_keys.reshape(-1).tolist()))
+
+
+def test_row_keys_overflow_of_the_radix_is_renumbered() -> None:
+    cols = [np.array([0, 2**30, 5, 0]), np.array([7, 2**30, 7, 7]), np.array([0, 2**30 - 1, 1, 0])]
+    keys = row_keys(cols)
+    assert keys[0] == keys[3] and len(set(keys.tolist())) == 3
+
+
+@pytest.mark.skipif(not TRACE.is_dir(), reason="tests/data/deepspeech_train_h200 is absent")
+def test_attribution_codes_and_grouping_match_the_object_arrays() -> None:
+    trace = next(TRACE.glob("*.json*"))
+    profile = read_kineto(trace)
+    a = attribute(profile)
+    for name in ("layer", "source"):
+        uniq, inv = a.codes(name)
+        ref_u, ref_inv = _reference(getattr(a, name))
+        assert uniq.tolist() == ref_u.tolist() and np.array_equal(inv, ref_inv)
+    dur = profile.tables["kernels"]["dur_ns"]
+    uniq, inv = a.codes("layer")
+    assert group_by_codes(uniq, inv, dur) == group_by(a.layer, dur)
+    phases = np.array(["forward", "backward", "optimizer", "other"], dtype=object)
+    assert group_by_codes(phases, a.phase, dur) == group_by(phases[a.phase], dur)
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        rows = np.sort(rng.choice(dur.size, size=int(rng.integers(1, 40)), replace=False))
+        w = np.where(rng.random(rows.size) < 0.3, 0.0, dur[rows].astype(np.float64))  # ties by zero weights
+        assert _dominant_code(uniq, inv[rows], w) == _dominant(a.layer[rows], w)
