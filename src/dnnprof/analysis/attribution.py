@@ -65,6 +65,11 @@ class Attribution:
             self._codes[name] = (uniq, inv.reshape(-1))
         return self._codes[name]
 
+    def layered(self) -> np.ndarray:
+        """Which rows reached a layer (``layer != ""``), from the codes rather than a comparison of every string."""
+        uniq, inv = self.codes("layer")
+        return inv != (0 if uniq.size and uniq[0] == "" else -1)  # "" sorts first
+
 
 def inherit(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """For every op, the value of its nearest ancestor-or-self whose ``own`` value is >= 0 (-1 when none).
@@ -81,15 +86,17 @@ def inherit(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
         p[need] = p[p[need]]
 
 
-def _flag(profile: Profile, names: np.ndarray, pred: object) -> np.ndarray:
-    uniq = {n: pred(n) for n in set(names.tolist())}  # type: ignore[operator]
-    return np.fromiter((uniq[n] for n in names), dtype=bool, count=names.size)
+def _flag(codes: tuple[np.ndarray, np.ndarray], pred: object) -> np.ndarray:
+    """``pred`` of every op's name, asked once per distinct name (``codes``: :func:`unique_strings` of the names)."""
+    uniq, inv = codes
+    return np.array([pred(n) for n in uniq.tolist()], dtype=bool)[inv]  # type: ignore[operator]
 
 
 def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     ops = profile.tables["ops"]
     n = ops["start_ns"].size
     names = profile.names(ops["name_id"]).astype(object)
+    codes = unique_strings(ops["name_id"], np.asarray([*profile.strings, ""], dtype=object))
     parent = ops["parent_row"]
     cat = ops["category"]
     rows = np.arange(n, dtype=np.int64)
@@ -98,8 +105,8 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     own_module = np.full(n, -1, dtype=np.int64)
     is_annot = cat == OP_CATEGORIES.index("user_annotation")
     is_py = cat == OP_CATEGORIES.index("python_function")
-    dn = is_annot & _flag(profile, names, lambda s: s.startswith(MODULE_RANGE_PREFIX))
-    tm = is_py & _flag(profile, names, lambda s: s.startswith(_TORCH_MODULE_PREFIX))
+    dn = is_annot & _flag(codes, lambda s: s.startswith(MODULE_RANGE_PREFIX))
+    tm = is_py & _flag(codes, lambda s: s.startswith(_TORCH_MODULE_PREFIX))
     for sel, fmt in ((dn, _dnnprof_layer), (tm, lambda s: s[len(_TORCH_MODULE_PREFIX):])):
         idx = np.flatnonzero(sel)
         if idx.size:
@@ -111,12 +118,12 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
 
     # A step's own marker range (ProfilerStep#N, or a repeating NVTX range an nsys export's steps were cut from).
     marker_ids = profile.tables["steps"]["name_id"]
-    step_marker = is_annot & (_flag(profile, names, lambda s: s.startswith(_STEP_PREFIXES))
+    step_marker = is_annot & (_flag(codes, lambda s: s.startswith(_STEP_PREFIXES))
                               | np.isin(ops["name_id"], marker_ids[marker_ids >= 0]))
     # Phases, layers and source lines are inherited within a step, never across its marker.
     parent = np.where(step_marker, -1, parent)
-    optimizer_own = _flag(profile, names, lambda s: s.startswith(_OPTIMIZER_PREFIXES))
-    backward_own = _flag(profile, names, lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0)
+    optimizer_own = _flag(codes, lambda s: s.startswith(_OPTIMIZER_PREFIXES))
+    backward_own = _flag(codes, lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0)
     optimizer, closure = _optimizer_after_closure(ops, parent, optimizer_own, backward_own)
     # Python frames (with_stack) are call sites, not layers: look through them for the op-level layer. So is an
     # optimizer range that ran a closure: its forward's ops are the layers, not ``Optimizer.step#``.
@@ -131,7 +138,7 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
         return inherit(np.where(own, 1, -1), parent) > 0
 
     backward = inherited_flag(backward_own)
-    dataloader = inherited_flag(_flag(profile, names, lambda s: s.startswith(_DATALOADER_PREFIXES)))
+    dataloader = inherited_flag(_flag(codes, lambda s: s.startswith(_DATALOADER_PREFIXES)))
     # The fwdbwd flow ends on the autograd node op (``AddmmBackward0``); work the engine runs beside the node
     # under the same ``evaluate_function`` (e.g. the bias-gradient sum) must follow it too: lift the link up.
     fwd_own = ops["fwd_row"].astype(np.int64).copy()
@@ -139,13 +146,13 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     par = parent[linked_rows]
     has_par = par >= 0
     linked_rows, par = linked_rows[has_par], par[has_par]
-    engine = _flag(profile, names, lambda s: s.startswith("autograd::engine::evaluate_function"))
+    engine = _flag(codes, lambda s: s.startswith("autograd::engine::evaluate_function"))
     lift = engine[par] & (fwd_own[par] < 0)
     fwd_own[par[lift]] = fwd_own[linked_rows[lift]]
     fwd_link = inherit(fwd_own, parent)
     module = inherit(own_module, parent)
     # Top-level multi-tensor ops outside modules: gradient clipping, GradScaler's unscale and update.
-    side = (module < 0) & ~backward & (top_op == rows) & _flag(profile, names,
+    side = (module < 0) & ~backward & (top_op == rows) & _flag(codes,
                                                                lambda s: s.startswith(_OPTIMIZER_SIDE_OPS))
     optimizer |= inherited_flag(side)
     # Backward ops take the module (and op-level layer) of the forward op their autograd node came from.
@@ -164,7 +171,7 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     source = inherit(own_src, parent)
     src_linked = (source < 0) & (fwd_link >= 0)
     source[src_linked] = source[fwd_link[src_linked]]
-    input_copy = _flag(profile, names, lambda s: s in _INPUT_COPY_OPS)
+    input_copy = _flag(codes, lambda s: s in _INPUT_COPY_OPS)
     top_input_copy = np.zeros(n, dtype=bool)
     ok = top_op >= 0
     top_input_copy[ok] = input_copy[top_op[ok]]

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dnnprof.analysis.attribution import PHASES
+from dnnprof.analysis.factorize import unique_strings
 from dnnprof.analysis.intervals import covered_per_window, merge
 from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.units import ns_text
@@ -230,13 +231,15 @@ def attribution_coverage(a: Analysis, doc: dict[str, Any]) -> Check:
     total = float(dur.sum())
     if total <= 0:
         return Check("attribution-coverage", True, "no kernel time to attribute", keys)
-    layered = 100.0 * float(dur[a.attribution.layer[rows] != ""].sum()) / total if a.attribution.layer.size else 0.0
+    layered = 100.0 * float(dur[a.attribution.layered()[rows]].sum()) / total if a.attribution.layer.size else 0.0
     op_row = k["op_row"][rows]
     ops = a.profile.tables["ops"]
     # A kernel launched straight under the step marker has no op to name it: that is no attribution failure.
-    names = a.profile.names(ops["name_id"][np.clip(op_row, 0, None)]).astype(str) if ops["name_id"].size else \
-        np.full(rows.size, "", dtype=str)
-    real_op = (op_row >= 0) & ~np.char.startswith(names, "ProfilerStep#")
+    # One test per distinct name, not a string per kernel.
+    ids = ops["name_id"][np.clip(op_row, 0, None)] if ops["name_id"].size else np.full(rows.size, -1)
+    uniq, inv = unique_strings(ids, np.asarray([*a.profile.strings, ""], dtype=object))
+    step_marker = np.array([n.startswith("ProfilerStep#") for n in uniq.tolist()], dtype=bool)[inv]
+    real_op = (op_row >= 0) & ~step_marker
     linked = 100.0 * float(dur[real_op].sum()) / total
     level = a.attribution.level
     text = (f"{layered:.1f}% of kernel time reached a layer ({level} level); {linked:.1f}% has a launching CPU op")

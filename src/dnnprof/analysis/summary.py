@@ -102,7 +102,6 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
     phase_of = a.attribution.phase[mine]  # attribution covers every rank
     layer_names, layer_codes = a.attribution.codes("layer")
     layer_codes = layer_codes[mine]
-    unattributed = 0 if layer_names.size and layer_names[0] == "" else -1  # "" sorts first
     tc_ns = sum(r.total_ns for r in a.kernels if r.tensor_core)
     kernel_total = sum(r.total_ns for r in a.kernels)
     window = u.total("window_ns")
@@ -154,7 +153,7 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
         },
         "attribution": {
             "level": a.attribution.level,
-            "attributed_pct": _num(100.0 * float(kd[layer_codes != unattributed].sum()) / kernel_total)
+            "attributed_pct": _num(100.0 * float(kd[a.attribution.layered()[mine]].sum()) / kernel_total)
             if kernel_total else None,
         },
         "kernels": _with_counters(p, [_kernel_json(r) for r in a.kernels]),

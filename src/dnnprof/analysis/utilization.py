@@ -207,11 +207,15 @@ def _sync_calls(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:
     if mc.size:
         names = profile.names(rt["name_id"][mc]).astype(str)
         blocking = ~np.char.endswith(names, "Async")
-        sel = np.union1d(sel, mc[blocking])
         memcpy = profile.tables["memcpy"]
         # this rank's copies only: in a profile of several ranks, another rank's copy does not block this one
         pageable = memcpy["launch_row"][(memcpy["rank"] == rank) & ((memcpy["src_mem"] == 2) | (memcpy["dst_mem"] == 2))]
-        sel = np.union1d(sel, pageable[pageable >= 0])
+        # the union of the three, sorted: marked on the runtime rows rather than sorted (union1d)
+        chosen = np.zeros(rt["start_ns"].size, dtype=bool)
+        chosen[sel] = True
+        chosen[mc[blocking]] = True
+        chosen[pageable[pageable >= 0]] = True
+        sel = np.flatnonzero(chosen)
     s = rt["start_ns"][sel]
     return s, s + rt["dur_ns"][sel]
 

@@ -87,7 +87,8 @@ class Profile:
         seen: set[int] = set()
         for t in self.tables.values():
             if "rank" in t and t["rank"].size:
-                seen.update(np.unique(t["rank"]).tolist())
+                lo, hi = int(t["rank"].min()), int(t["rank"].max())  # one rank: no sort of a big table's column
+                seen.update([lo] if lo == hi else np.unique(t["rank"]).tolist())
         return sorted(seen) or [0]
 
     def device(self, device_id: int = 0, rank: int = 0) -> DeviceInfo | None:

@@ -176,11 +176,12 @@ def small_grid(ctx: Context) -> Finding | None:
     if not ctx.kernel_ns or pct(t, ctx.kernel_ns) < SMALL_GRID_MIN_KERNEL_PCT \
             or pct(waste, ctx.kernel_ns) < SMALL_GRID_MIN_WASTE_PCT:
         return None
-    small_rows = set(sel[small].tolist())
+    is_small = np.zeros(k["dur_ns"].size, dtype=bool)
+    is_small[sel[small]] = True
     per_kernel = []
     for r in ctx.kernels:
-        mine = [i for i in r.rows.tolist() if i in small_rows]
-        if not mine:
+        mine = r.rows[is_small[r.rows]]
+        if not mine.size:
             continue
         dm = k["dur_ns"][mine].astype(np.float64)
         bm = (k["grid_x"][mine].astype(np.int64) * np.maximum(k["grid_y"][mine], 1) * np.maximum(k["grid_z"][mine], 1))
@@ -212,7 +213,9 @@ def _compiled(ctx: Context) -> bool:
     if (k["graph_id"] >= 0).any():
         return True
     # Kineto records no graph id on a replayed kernel (PyTorch 2.11): its launch is the graph launch itself.
-    launches = np.unique(k["launch_row"][k["launch_row"] >= 0])
+    launched = np.zeros(ctx.profile.rows("runtime"), dtype=bool)  # the distinct launch rows, without a sort
+    launched[k["launch_row"][k["launch_row"] >= 0]] = True
+    launches = np.flatnonzero(launched)
     if launches.size:
         called = set(ctx.profile.names(ctx.profile.tables["runtime"]["name_id"][launches]).tolist())
         if any(str(n).startswith(_GRAPH_LAUNCHES) for n in called):

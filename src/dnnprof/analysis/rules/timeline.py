@@ -242,9 +242,9 @@ def _blocking_calls(ctx: Context) -> list[BlockingCall]:
         if lr >= 0 and rt["op_row"][lr] >= 0:
             pageable_h2d_tops.add(ctx.plumbing_top(int(rt["op_row"][lr])))
     out: list[BlockingCall] = []
-    names = p.names(rt["name_id"]).astype(object)
+    name_ids = rt["name_id"]  # decoded per call below: a few rows of the biggest table
     for r in mc_rows.tolist():
-        name = str(names[r])
+        name = p.name(int(name_ids[r]))
         m = by_launch.get(r, -1)
         kind = int(memcpy["kind"][m]) if m >= 0 else 0
         pageable = m >= 0 and _PAGEABLE in (int(memcpy["src_mem"][m]), int(memcpy["dst_mem"][m]))
@@ -253,7 +253,7 @@ def _blocking_calls(ctx: Context) -> list[BlockingCall]:
         what = {_HTOD: "HtoD copy", _DTOH: "DtoH copy"}.get(kind, "copy")
         out.append(_call(ctx, r, name, what, pageable_h2d_tops))
     for r in sync_rows.tolist():
-        out.append(_call(ctx, r, str(names[r]), "sync", pageable_h2d_tops))
+        out.append(_call(ctx, r, p.name(int(name_ids[r])), "sync", pageable_h2d_tops))
     out.sort(key=lambda c: c.start_ns)
     return out
 
