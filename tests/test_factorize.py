@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -73,3 +74,13 @@ def test_attribution_codes_and_grouping_match_the_object_arrays() -> None:
         rows = np.sort(rng.choice(dur.size, size=int(rng.integers(1, 40)), replace=False))
         w = np.where(rng.random(rows.size) < 0.3, 0.0, dur[rows].astype(np.float64))  # ties by zero weights
         assert _dominant_code(uniq, inv[rows], w) == _dominant(a.layer[rows], w)
+
+
+@pytest.mark.skipif(not TRACE.is_dir(), reason="tests/data/deepspeech_train_h200 is absent")
+def test_kept_codes_cannot_go_stale() -> None:
+    a = attribute(read_kineto(next(TRACE.glob("*.json*"))))
+    a.codes("layer")
+    with pytest.raises(ValueError, match="read-only"):
+        a.layer[:] = ""
+    b = replace(a, layer=np.full(a.layer.size, "x", dtype=object))
+    assert b.codes("layer")[0].tolist() == ["x"] and a.codes("layer")[0].tolist() != ["x"]

@@ -52,7 +52,10 @@ class Attribution:
     op_name: np.ndarray  # object array: the launching op ("" when none)
     level: str  # "module", "op" or "none": the best level reached for most GPU time
     source: np.ndarray | None = None  # object array: innermost user-code frame "file.py:line (func)", "" unknown
-    _codes: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False, compare=False)
+    # np.unique of a field, kept once computed: the fields are read-only once the codes exist (see codes());
+    # dataclasses.replace gives a new Attribution with none kept
+    _codes: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, init=False, repr=False,
+                                                              compare=False)
 
     def codes(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """``np.unique(<field name>, return_inverse=True)`` of ``layer``, ``op_name`` or ``source``: the distinct
@@ -62,8 +65,15 @@ class Attribution:
             values = getattr(self, name)
             values = np.empty(0, dtype=object) if values is None else values
             uniq, inv = np.unique(values, return_inverse=True)
-            self._codes[name] = (uniq, inv.reshape(-1))
+            self.keep_codes(name, uniq, inv.reshape(-1))
         return self._codes[name]
+
+    def keep_codes(self, name: str, uniq: np.ndarray, inv: np.ndarray) -> None:
+        """Keep ``codes(name)``; the field becomes read-only, so that no write can leave the codes stale."""
+        values = getattr(self, name)
+        if values is not None:
+            values.flags.writeable = False
+        self._codes[name] = (uniq, inv)
 
     def layered(self) -> np.ndarray:
         """Which rows reached a layer (``layer != ""``), from the codes rather than a comparison of every string."""
@@ -280,6 +290,8 @@ def attribute(profile: Profile, table: str = "kernels") -> Attribution:
     by_module = dur[module >= 0].sum() / total
     by_op = dur[has_op].sum() / total
     level = "module" if by_module >= 0.5 else ("op" if by_op >= 0.5 else "none")
-    return Attribution(layer=layer.astype(object), phase=phase, op_name=op_name.astype(object), level=level,
-                       source=source, _codes={"layer": unique_strings(layer_id, strings),
-                                              "source": unique_strings(src_id, strings)})
+    out = Attribution(layer=layer.astype(object), phase=phase, op_name=op_name.astype(object), level=level,
+                      source=source)
+    out.keep_codes("layer", *unique_strings(layer_id, strings))  # from the ids: no sort of the rows' strings
+    out.keep_codes("source", *unique_strings(src_id, strings))
+    return out

@@ -30,9 +30,11 @@ def row_keys(columns: list[np.ndarray]) -> np.ndarray:
         return key
     span = 1
     for col in columns:
-        c = np.asarray(col).astype(np.int64)
+        c = np.asarray(col).astype(np.int64, copy=False)
         lo = int(c.min())
         radix = int(c.max()) - lo + 1
+        if radix == 1:  # a constant column (block_z, grid_z): nothing to tell rows apart
+            continue
         c = c - lo
         if radix >= 2**31:
             _, c = np.unique(c, return_inverse=True)
