@@ -53,13 +53,10 @@ def _dominant_code(uniq: np.ndarray, codes: np.ndarray, weights: np.ndarray) -> 
 
 
 def _dominant_config_position(config: np.ndarray, cfg_key: np.ndarray, rows: np.ndarray, d: np.ndarray) -> int:
-    """The position, among the distinct launch configurations of ``rows`` ordered by ``hash`` of their tuple, of
-    the one with the most time. Each distinct configuration is hashed once (``cfg_key``: :func:`row_keys` of
-    ``config``), not every launch."""
+    """The position in ``rows`` of a launch of the configuration with the most time (``cfg_key``: :func:`row_keys`
+    of ``config``; ties: the configuration of the smallest key)."""
     _, first, inv = np.unique(cfg_key[rows], return_index=True, return_inverse=True)
-    hashes = np.array([hash(tuple(r)) for r in config[rows[first]].tolist()])
-    _, by_hash = np.unique(hashes, return_inverse=True)
-    return int(np.argmax(np.bincount(by_hash.reshape(-1)[inv.reshape(-1)], weights=d)))
+    return int(first[int(np.argmax(np.bincount(inv.reshape(-1), weights=d)))])
 
 
 def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None = None,
@@ -92,8 +89,7 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
         rows = rows_s[a:b]
         d = dur_s[a:b].astype(np.float64)
         name = profile.strings[int(ids_s[a])]
-        # as before: the dominant configuration's position among the distinct ones, taken as a position in rows
-        best = rows[_dominant_config_position(config, cfg_key, rows, d)]
+        best = rows[_dominant_config_position(config, cfg_key, rows, d)]  # a launch of the dominant configuration
         o = occ[rows]
         ok = ~np.isnan(o)
         out.append(KernelRow(

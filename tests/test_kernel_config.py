@@ -1,0 +1,32 @@
+"""The launch configuration a kernel's row reports (grid, block, registers, shared memory, occupancy limiter) is
+the one its time went to, on real traces where a kernel runs with several."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from dnnprof.analysis.attribution import attribute
+from dnnprof.analysis.kernel_summary import kernel_summary
+from dnnprof.ingest.kineto import read_kineto
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_each_kernel_reports_its_dominant_launch_configuration() -> None:
+    p = read_kineto(DATA / "deepspeech_train_h200" / "trace.json.gz")
+    k = p.tables["kernels"]
+    several = 0
+    for row in kernel_summary(p, attribute(p, "kernels")):
+        time: Counter[tuple[int, ...]] = Counter()
+        for r in np.asarray(row.rows).tolist():
+            cfg = (*(int(k[c][r]) for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")),
+                   int(k["registers_per_thread"][r]), int(k["shared_memory_bytes"][r]))
+            time[cfg] += int(k["dur_ns"][r])
+        several += len(time) > 1
+        top = max(time.values())
+        assert (*row.grid, *row.block, row.registers_per_thread, row.shared_memory_bytes) in \
+            {c for c, t in time.items() if t == top}, row.name
+    assert several >= 5  # kernels launched with several configurations were checked
