@@ -133,3 +133,19 @@ def test_a_worker_that_hangs_or_dies_is_counted_and_replaced(tmp_path: Path, mon
     assert sorted(p.name for p in keep.iterdir()) == ["seed1-input0", "seed1-input1"]  # kept to look at
     saved = json.loads(checkpoint.read_text())
     assert saved[kind] == 2 and saved["running"] is False
+
+
+def test_kineto_inputs_never_change_the_parsed_seed(tmp_path: Path) -> None:
+    """Mutations work on copies: the seed parsed once per process stays as read (each input starts from it)."""
+    fuzz = _fuzz()
+    import fuzz_inputs
+
+    seeds = fuzz.Seeds(tmp_path / "work")
+    for n in range(60):
+        case = tmp_path / f"case{n}"
+        case.mkdir()
+        fuzz.make_case(3, n, ("kineto",), seeds, case)
+    assert seeds._kineto
+    for path, seed in seeds._kineto.items():
+        fresh = fuzz_inputs.KinetoSeed(path)
+        assert seed.top == fresh.top and seed.events == fresh.events, path
