@@ -74,6 +74,7 @@ class Outcome:
     other: list[str] = field(default_factory=list)
     seconds: float = 0.0
     workers: int = 0
+    stopped: bool = False  # ended by Ctrl-C or SIGTERM before its inputs or minutes
 
     def add(self, fmt: str, kind: str, busy_s: float = 0.0) -> None:
         self.inputs[fmt] += 1
@@ -94,10 +95,18 @@ class Outcome:
                 "hang": self.total("hang"), "crash": self.total("crash"),
                 "distinct_tracebacks": self.tracebacks, "hangs": self.hangs[:20], "crashes": self.crashes[:20],
                 "seed_changed": self.seed_changed[:20], "other_examples": self.other[:20],
-                "seconds": round(self.seconds, 1), "workers": self.workers,
+                "seconds": round(self.seconds, 1), "workers": self.workers, "stopped": self.stopped,
                 "inputs_per_s": round(n / self.seconds, 2) if self.seconds else None,
                 # one worker's rate on each format alone: inputs / the worker seconds they took
                 "inputs_per_worker_s": {f: round(self.inputs[f] / s, 2) for f, s in self.busy_s.items() if s}}
+
+
+class Stopped(Exception):
+    """SIGTERM reached the batch: it ends early, counting what was done."""
+
+
+def _stop(_signum: int, _frame: Any) -> None:
+    raise Stopped
 
 
 class _Timeout(BaseException):
@@ -237,6 +246,7 @@ def _worker(w: int, seed: int, first: int, step: int, stop: int | None, deadline
             formats: tuple[str, ...], timeout_s: float, work: Path, keep: Path | None, out: Any) -> None:
     """Inputs ``first, first+step, …`` until ``stop`` or ``deadline``; 'start' and 'done' messages on ``out``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
     _build_cli_once()
     seeds = Seeds(work)
@@ -343,6 +353,8 @@ def run_batch(seed: int, inputs: int | None = None, minutes: float | None = None
                 _record(result, seed, _one(seed, n, formats, seeds, work, timeout_s, keep))
                 save_checkpoint()
                 n += 1
+    except (KeyboardInterrupt, Stopped):  # Ctrl-C or SIGTERM: the inputs done so far are the result
+        result.stopped = True
     finally:
         result.seconds = time.monotonic() - start
         save_checkpoint(force=True)
@@ -395,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         return replay(a.seed, a.replay, formats, a.timeout_s, a.keep)
     minutes = a.minutes if a.minutes is not None or a.inputs is not None else 5.0
     import dnnprof.cli.main  # noqa: F401 - imported once before the workers fork
+
+    signal.signal(signal.SIGTERM, _stop)
 
     res = run_batch(a.seed, a.inputs, minutes, formats, a.timeout_s, a.workdir, a.keep, a.workers, a.checkpoint,
                     a.checkpoint_s)

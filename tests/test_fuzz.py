@@ -149,3 +149,37 @@ def test_kineto_inputs_never_change_the_parsed_seed(tmp_path: Path) -> None:
     for path, seed in seeds._kineto.items():
         fresh = fuzz_inputs.KinetoSeed(path)
         assert seed.top == fresh.top and seed.events == fresh.events, path
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if text.encode() in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux /proc to find the workers")
+def test_sigterm_ends_a_batch_with_its_counts_and_no_worker_left(tmp_path: Path) -> None:
+    import subprocess
+
+    checkpoint, work = tmp_path / "fuzz.json", tmp_path / "work-for-sigterm"
+    src = Path(__file__).resolve().parents[1] / "src"
+    proc = subprocess.Popen([sys.executable, str(FUZZ), "--formats", "summary", "--minutes", "5", "--workers", "1",
+                             "--checkpoint", str(checkpoint), "--checkpoint-s", "0.2", "--workdir", str(work)],
+                            stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(src)})
+    deadline = time.monotonic() + 60
+    while not (checkpoint.exists() and json.loads(checkpoint.read_text())["inputs"] > 0):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    proc.terminate()
+    out, _ = proc.communicate(timeout=30)
+    summary = json.loads(out)
+    assert proc.returncode == 0 and summary["stopped"] is True and summary["inputs"] > 0
+    assert json.loads(checkpoint.read_text())["inputs"] == summary["inputs"]
+    time.sleep(0.5)  # the kernel's SIGKILL of an orphan is asynchronous
+    assert _processes_naming(str(work)) == []
