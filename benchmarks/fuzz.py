@@ -23,7 +23,9 @@ Each input ends as one of:
 * hang: the time limit passed (a failure, kept);
 * crash: the worker died on it (a signal, the kernel's out-of-memory killer; a failure, kept).
 
-A seed folder changed by the command under test (it wrote into its input) is a failure too (``seed_changed``).
+An input the command under test changed (a file of it written, removed, or a file left beside it other than the
+``--json`` output asked for, say a temporary one) is a failure too (``input_changed``), as is a seed folder
+changed through a hard link.
 Prints a JSON summary (inputs, outcomes and inputs per second per format, distinct tracebacks) and exits 1 on any
 failure. ``--checkpoint`` writes the same summary to a file every ``--checkpoint-s`` while it runs. ``run_batch``
 is the same for tests (``tests/test_fuzz.py``; ``workers=0`` runs in the calling process).
@@ -70,7 +72,7 @@ class Outcome:
     tracebacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # place → {count, example, error}
     hangs: list[str] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
-    seed_changed: list[str] = field(default_factory=list)
+    input_changed: list[str] = field(default_factory=list)  # files of an input the command wrote, removed or added
     other: list[str] = field(default_factory=list)
     seconds: float = 0.0
     workers: int = 0
@@ -85,7 +87,7 @@ class Outcome:
         return sum(c[kind] for c in self.results.values())
 
     def failures(self) -> int:
-        return sum(self.total(k) for k in FAILURES) + len(self.seed_changed)
+        return sum(self.total(k) for k in FAILURES) + len(self.input_changed)
 
     def to_dict(self) -> dict[str, Any]:
         n = sum(self.inputs.values())
@@ -94,7 +96,7 @@ class Outcome:
                 "other_exit": self.total("other_exit"), "traceback": self.total("traceback"),
                 "hang": self.total("hang"), "crash": self.total("crash"),
                 "distinct_tracebacks": self.tracebacks, "hangs": self.hangs[:20], "crashes": self.crashes[:20],
-                "seed_changed": self.seed_changed[:20], "other_examples": self.other[:20],
+                "input_changed": self.input_changed[:20], "other_examples": self.other[:20],
                 "seconds": round(self.seconds, 1), "workers": self.workers, "stopped": self.stopped,
                 "inputs_per_s": round(n / self.seconds, 2) if self.seconds else None,
                 # one worker's rate on each format alone: inputs / the worker seconds they took
@@ -201,12 +203,29 @@ def _one(seed: int, n: int, formats: tuple[str, ...], seeds: Seeds, work: Path, 
     shutil.rmtree(case, ignore_errors=True)
     case.mkdir(parents=True)
     fmt, args = make_case(seed, n, formats, seeds, case)
+    before = _stamps(case)
     kind, detail = run_one(args, timeout_s)
-    changed = seeds.check_pristine() if fmt in ("profile", "rundir") else []
+    after = _stamps(case)
+    after.pop("out.json", None)  # the one output asked for
+    changed = [f"{case.name}/{name}: {'removed' if name not in after else 'left behind' if name not in before else 'changed'}"
+               for name in sorted(before.keys() | after.keys()) if before.get(name) != after.get(name)]
+    if fmt in ("profile", "rundir"):
+        changed += [f"seed {p}: changed" for p in seeds.check_pristine()]
     kept = str(_keep(case, keep, seed, n)) if keep is not None and kind in FAILURES else None
     shutil.rmtree(case, ignore_errors=True)
     return {"n": n, "format": fmt, "kind": kind, "detail": detail, "busy_s": time.monotonic() - t0,
-            "kept": kept, "seed_changed": changed}
+            "kept": kept, "input_changed": changed}
+
+
+def _stamps(case: Path) -> dict[str, tuple[int, int, int]]:
+    """Every file under ``case``: (inode, size, modification time): what the command under test may not change."""
+    out = {}
+    for p in case.rglob("*"):
+        with contextlib.suppress(OSError):
+            if p.is_file():
+                st = p.stat()
+                out[str(p.relative_to(case))] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return out
 
 
 def _keep(case: Path, keep: Path, seed: int, n: int) -> Path:
@@ -229,8 +248,8 @@ def _record(result: Outcome, seed: int, msg: dict[str, Any]) -> None:
         (result.hangs if kind == "hang" else result.crashes).append(f"{where}: {detail}"[:500])
     elif kind == "other_exit":
         result.other.append(detail)
-    for path in msg["seed_changed"]:
-        result.seed_changed.append(f"{path} (after {where})")
+    if msg["input_changed"]:  # one entry per input
+        result.input_changed.append(f"{where}: " + "; ".join(msg["input_changed"])[:500])
 
 
 # --- workers --------------------------------------------------------------------------------------------------
@@ -279,7 +298,7 @@ def _run_workers(seed: int, inputs: int | None, deadline: float | None, formats:
         case = work / f"w{w}" / "case"
         kept = str(_keep(case, keep, seed, n)) if keep is not None and case.exists() else None
         _record(result, seed, {"n": n, "format": formats[n % len(formats)], "kind": kind, "detail": detail,
-                               "busy_s": 0.0, "kept": kept, "seed_changed": []})
+                               "busy_s": 0.0, "kept": kept, "input_changed": []})
         start(w, n + workers)
 
     try:

@@ -31,10 +31,10 @@ def test_150_mutated_inputs_give_no_traceback_and_no_hang(tmp_path: Path) -> Non
     fuzz = _fuzz()
     result = fuzz.run_batch(seed=20261127, inputs=150, timeout_s=20.0, workdir=tmp_path)
     counts = result.to_dict()
-    report = json.dumps({k: counts[k] for k in ("per_format", "distinct_tracebacks", "hangs", "seed_changed")},
+    report = json.dumps({k: counts[k] for k in ("per_format", "distinct_tracebacks", "hangs", "input_changed")},
                         indent=1)[:6000]
     assert counts["inputs"] == 150
-    assert counts["traceback"] == 0 and counts["hang"] == 0 and not counts["seed_changed"], report
+    assert counts["traceback"] == 0 and counts["hang"] == 0 and not counts["input_changed"], report
     assert counts["other_exit"] == 0, report
     # Every format ran, and the mutations both broke inputs and left some readable (the batch tests something).
     assert set(counts["per_format"]) == {"kineto", "ncu", "profile", "rundir", "summary"}
@@ -183,3 +183,20 @@ def test_sigterm_ends_a_batch_with_its_counts_and_no_worker_left(tmp_path: Path)
     assert json.loads(checkpoint.read_text())["inputs"] == summary["inputs"]
     time.sleep(0.5)  # the kernel's SIGKILL of an orphan is asynchronous
     assert _processes_naming(str(work)) == []
+
+
+def _touch_the_input(argv: list[str]) -> int:
+    Path(argv[1]).write_text("{}")  # 'diff A B': A written over
+    (Path(argv[1]).parent / ".x.tmp").write_text("")  # and a temporary file left behind
+    return 0
+
+
+def test_a_command_that_writes_into_its_input_is_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fuzz = _fuzz()
+    import dnnprof.cli.main as cli
+
+    monkeypatch.setattr(cli, "main", _touch_the_input)
+    result = fuzz.run_batch(seed=1, inputs=1, formats=("summary",), workdir=tmp_path)
+    assert result.failures() == 1 and result.total("success") == 1
+    assert any(": changed" in c for c in result.input_changed)
+    assert any(".x.tmp: left behind" in c for c in result.input_changed)
