@@ -10,7 +10,12 @@ DEVICE   ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
 WORKLOAD ?= $(if $(filter cuda,$(DEVICE)),gpt2,resnet50-tiny)
 RUN_DIR  ?= dnnprof-runs/demo
 
-.PHONY: demo test lint gpu-test bench clean
+# The long fuzz run (issue 15): 100,000 inputs of each of the 5 formats, summary and failing inputs under FUZZ_OUT.
+FUZZ_OUT     ?= dnnprof-runs/fuzz
+FUZZ_WORKERS ?= 1
+FUZZ_SEED    ?= 1
+
+.PHONY: demo test lint gpu-test bench clean fuzz
 
 $(BIN)/dnnprof: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +35,11 @@ test: $(BIN)/dnnprof
 
 gpu-test: $(BIN)/dnnprof
 	$(BIN)/python -m pytest -q -m gpu
+
+fuzz: $(BIN)/dnnprof
+	mkdir -p $(FUZZ_OUT)
+	$(BIN)/python benchmarks/fuzz.py --seed $(FUZZ_SEED) --inputs 500000 --workers $(FUZZ_WORKERS) --timeout-s 30 \
+		--keep $(FUZZ_OUT)/failures --checkpoint $(FUZZ_OUT)/summary.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
