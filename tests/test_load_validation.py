@@ -171,3 +171,41 @@ def test_a_lone_surrogate_in_a_name_is_written_as_replacement_characters(tmp_pat
     (tmp_path / "n.json").write_text(json.dumps(doc))
     assert main(["diff", str(SUMMARY), str(tmp_path / "n.json"), "--quiet", "--json", str(tmp_path / "d.json")]) == 0
     assert "k\ufffd" in (tmp_path / "d.json").read_text(encoding="utf-8")
+
+
+def _huge_plan(doc: dict) -> dict:
+    return {**doc, "plan": {**doc["plan"], "pre_baseline": [-(2**63), 3], "post_baseline": [17, 2**63 - 1]}}
+
+
+def _huge_windows(doc: dict) -> dict:
+    return {**doc, "windows": [{**w, "first_step": -(2**63), "last_step": 2**63 - 1} if w["kind"] == "attribution"
+                               else {**w, "last_step": 2**63 - 1} if w["kind"] == "timing" else w
+                               for w in doc["windows"]]}
+
+
+@pytest.mark.parametrize("change", [_huge_plan, _huge_windows, lambda doc: {**doc, "plan": None}],
+                         ids=["baselines-2**63-wide", "windows-2**63-wide", "no-plan"])
+def test_step_ranges_of_collector_json_cost_what_the_run_recorded(tmp_path: Path,
+                                                                  change: Callable[[dict], dict]) -> None:
+    """A plan or a window claiming 2**63 steps (a garbled collector.json): the run report walks the steps that were
+    recorded, not the range (before: a list of 2**63 steps, MemoryError or the machine's memory; or a hang)."""
+    import signal
+
+    d = _run_copy(tmp_path)
+    doc = json.loads((d / "collector.json").read_text())
+    recorded = len(doc["step_end_ns"])
+    (d / "collector.json").write_text(json.dumps(change(doc)))
+
+    def too_long(*_: object) -> None:
+        raise TimeoutError("the run report walked the range, not the recorded steps")
+
+    old = signal.signal(signal.SIGALRM, too_long)
+    signal.setitimer(signal.ITIMER_REAL, 60)
+    try:
+        assert main(["analyze", str(d), "--quiet", "--json", str(tmp_path / "s.json")]) == 0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    summary = json.loads((tmp_path / "s.json").read_text())
+    overhead = summary.get("overhead") or summary["run"]["overhead"]
+    assert all(0 <= s < recorded for s in overhead["baseline_steps"])

@@ -38,9 +38,23 @@ def timed_window(col: dict[str, Any]) -> range:
     """The steps whose times the profile reports (timing window, else the single full/cpu window)."""
     for kind in ("timing", "full", "cpu"):
         r = _window(col, kind)
-        if len(r):
+        if r:  # not len(r): a garbled window can be wider than an index can count
             return r
     return range(0)
+
+
+def steps_in(steps: range, recorded: Iterable[int]) -> list[int]:
+    """The ``recorded`` steps that lie in ``steps``, in order.
+
+    The ranges come from collector.json (the plan, a window's first and last step); a garbled one can span 2**63
+    steps. Walking the recorded steps and asking the range (O(1) per step) costs what the run recorded, never what
+    the file claims.
+    """
+    return sorted(i for i in recorded if i in steps)
+
+
+def _plan_range(col: dict[str, Any], key: str) -> range:
+    return range(*(col.get("plan") or {}).get(key, [0, 0]))
 
 
 def _stats(values: list[int]) -> dict[str, float | None]:
@@ -54,16 +68,14 @@ def _stats(values: list[int]) -> dict[str, float | None]:
 def overhead(col: dict[str, Any]) -> dict[str, Any]:
     """Step times with and without the profiler, and their ratio."""
     dur = step_durations(col)
-    plan = col.get("plan", {})
-    pre = range(*plan.get("pre_baseline", [0, 0]))
+    pre, post = _plan_range(col, "pre_baseline"), _plan_range(col, "post_baseline")
     attrib = _window(col, "attribution")
-    if not len(attrib) and len(_window(col, "timing")):
+    if not attrib and _window(col, "timing"):
         attrib = _window(col, "full")  # --full on a GPU: the full-detail window joined onto the timed one
-    post = range(*plan.get("post_baseline", [0, 0]))
     base_steps = baseline_steps(col)
     base = [dur[i] for i in base_steps]
-    timed = [dur[i] for i in timed_window(col) if i in dur]
-    att = [dur[i] for i in attrib if i in dur]
+    timed = [dur[i] for i in steps_in(timed_window(col), dur)]
+    att = [dur[i] for i in steps_in(attrib, dur)]
     b, t, a = _stats(base), _stats(timed), _stats(att)
     gaps = boundary_gaps(col)
     ratio = (t["median_us"] / b["median_us"]) if b["median_us"] and t["median_us"] else None
@@ -76,11 +88,11 @@ def overhead(col: dict[str, Any]) -> dict[str, Any]:
         "dilation": None if ratio is None else round(ratio, 4),
         "attribution_dilation": None if aratio is None else round(aratio, 4),
         # Before and after the windows separately: a profiler that left a cost behind would show here.
-        "baseline_before": _stats([dur[i] for i in pre if i in dur]),
-        "baseline_after": _stats([dur[i] for i in post if i in dur]),
+        "baseline_before": _stats([dur[i] for i in steps_in(pre, dur)]),
+        "baseline_after": _stats([dur[i] for i in steps_in(post, dur)]),
         # dnnprof's own work at each boundary (between steps, outside the step times above).
-        "boundary_gap_timed": _stats([gaps[i] for i in timed_window(col) if i in gaps]),
-        "boundary_gap_baseline": _stats([gaps[i] for i in [*pre, *post] if i in gaps]),
+        "boundary_gap_timed": _stats([gaps[i] for i in steps_in(timed_window(col), gaps)]),
+        "boundary_gap_baseline": _stats([gaps[i] for i in steps_in(pre, gaps) + steps_in(post, gaps)]),
     }
 
 
@@ -93,9 +105,7 @@ def boundary_gaps(col: dict[str, Any]) -> dict[int, int]:
 def baseline_steps(col: dict[str, Any]) -> list[int]:
     """The unprofiled steps of the plan (before and after the windows) that completed."""
     dur = step_durations(col)
-    plan = col.get("plan", {})
-    return [i for i in [*range(*plan.get("pre_baseline", [0, 0])), *range(*plan.get("post_baseline", [0, 0]))]
-            if i in dur]
+    return steps_in(_plan_range(col, "pre_baseline"), dur) + steps_in(_plan_range(col, "post_baseline"), dur)
 
 
 def _items(col: dict[str, Any], steps: list[int], workload: dict[str, Any] | None) -> list[float]:
@@ -141,7 +151,7 @@ def throughput(col: dict[str, Any], workload: dict[str, Any] | None) -> dict[str
     from few steps; None when there are none). Rates are per median step (see :func:`rates`); the ``wall_*`` ones
     include every stall."""
     dur = step_durations(col)
-    steps = [i for i in timed_window(col) if i in dur]
+    steps = steps_in(timed_window(col), dur)
     per_step = _items(col, steps, workload)
     unit = (workload or {}).get("unit") or ("samples/s" if per_step else None)
     s = _stats([dur[i] for i in steps])
@@ -180,7 +190,7 @@ def samples_summary(col: dict[str, Any], columns: dict[str, Any] | None) -> dict
     out: dict[str, Any] = {"status": status or {"nvml": "not sampled"}, "window": "timed steps", "metrics": {}}
     if not columns or not columns.get("ts_ns"):
         return out
-    steps = [i for i in timed_window(col) if i < len(col.get("step_end_ns", []))]
+    steps = steps_in(timed_window(col), range(len(col.get("step_end_ns", []))))
     if not steps:
         return out
     lo, hi = col["step_start_ns"][steps[0]], col["step_end_ns"][steps[-1]]
@@ -241,7 +251,7 @@ def run_extras(col: dict[str, Any], samples: dict[str, Any] | None) -> dict[str,
 def summarize_memory(per_step: dict[str, list[int]], static: dict[str, int] | None,
                      device_total_bytes: int | None, window: Iterable[int]) -> dict[str, Any]:
     """The ``memory`` block of summary.json from per-step peaks (restricted to the steps in ``window``)."""
-    wanted = set(window)
+    wanted = window if isinstance(window, range) else set(window)  # a range answers 'in' without being listed
     steps = per_step.get("step", [])
     alloc = [a for s, a in zip(steps, per_step.get("peak_allocated_bytes", []), strict=False) if s in wanted]
     reserved = [r for s, r in zip(steps, per_step.get("peak_reserved_bytes", []), strict=False) if s in wanted]
