@@ -3,7 +3,7 @@
 Usage:
     python benchmarks/fuzz.py [--seed 1] [--inputs 2000 | --minutes 5] [--formats kineto,ncu,profile,rundir,summary]
                               [--workers 1] [--timeout-s 20] [--workdir DIR] [--keep DIR]
-                              [--checkpoint FILE [--checkpoint-s 60]]
+                              [--checkpoint FILE [--checkpoint-s 60]] [--memory-mb 4096]
     python benchmarks/fuzz.py --seed S --replay N [--formats …] [--keep DIR]   # input N of seed S, again
 
 Each input is a real one (the repository's test traces, Nsight Compute CSVs, a saved profile, recorded run
@@ -261,12 +261,24 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _limit_memory(memory_mb: int | None) -> None:
+    """Cap this process's address space: an input that makes dnnprof allocate without bound ends in a MemoryError
+    (a traceback, kept) instead of the kernel's out-of-memory killer choosing among everyone's processes."""
+    if memory_mb:
+        import resource
+
+        limit = memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def _worker(w: int, seed: int, first: int, step: int, stop: int | None, deadline: float | None,
-            formats: tuple[str, ...], timeout_s: float, work: Path, keep: Path | None, out: Any) -> None:
+            formats: tuple[str, ...], timeout_s: float, work: Path, keep: Path | None, out: Any,
+            memory_mb: int | None = None) -> None:
     """Inputs ``first, first+step, …`` until ``stop`` or ``deadline``; 'start' and 'done' messages on ``out``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
+    _limit_memory(memory_mb)
     _build_cli_once()
     seeds = Seeds(work)
     n = first
@@ -278,8 +290,8 @@ def _worker(w: int, seed: int, first: int, step: int, stop: int | None, deadline
 
 
 def _run_workers(seed: int, inputs: int | None, deadline: float | None, formats: tuple[str, ...], timeout_s: float,
-                 work: Path, keep: Path | None, workers: int, result: Outcome,
-                 checkpoint: Callable[[], None]) -> None:
+                 work: Path, keep: Path | None, workers: int, result: Outcome, checkpoint: Callable[[], None],
+                 memory_mb: int | None) -> None:
     ctx = mp.get_context("fork")
     msgs: Any = ctx.Queue()
     procs: dict[int, Any] = {}
@@ -288,7 +300,7 @@ def _run_workers(seed: int, inputs: int | None, deadline: float | None, formats:
     def start(w: int, first: int) -> None:
         (work / f"w{w}").mkdir(parents=True, exist_ok=True)
         p = ctx.Process(target=_worker, args=(w, seed, first, workers, inputs, deadline, formats, timeout_s,
-                                              work / f"w{w}", keep, msgs))  # not daemonic: analyze may start a pool
+                                              work / f"w{w}", keep, msgs, memory_mb))  # not daemonic: analyze may start a pool
         p.start()
         procs[w] = p
 
@@ -338,9 +350,9 @@ def _run_workers(seed: int, inputs: int | None, deadline: float | None, formats:
 def run_batch(seed: int, inputs: int | None = None, minutes: float | None = None,
               formats: tuple[str, ...] = FORMATS, timeout_s: float = 20.0, workdir: Path | None = None,
               keep: Path | None = None, workers: int = 0, checkpoint: Path | None = None,
-              checkpoint_s: float = 60.0) -> Outcome:
+              checkpoint_s: float = 60.0, memory_mb: int | None = None) -> Outcome:
     """Run mutated inputs ``0, 1, …`` until ``inputs`` inputs or ``minutes`` have passed: in this process
-    (``workers=0``) or in that many worker processes."""
+    (``workers=0``) or in that many worker processes, each with its address space capped at ``memory_mb``."""
     result = Outcome(workers=workers)
     start = time.monotonic()
     deadline = time.time() + minutes * 60 if minutes is not None else None
@@ -363,7 +375,8 @@ def run_batch(seed: int, inputs: int | None = None, minutes: float | None = None
 
     try:
         if workers:
-            _run_workers(seed, inputs, deadline, formats, timeout_s, work, keep, workers, result, save_checkpoint)
+            _run_workers(seed, inputs, deadline, formats, timeout_s, work, keep, workers, result, save_checkpoint,
+                         memory_mb)
         else:
             _build_cli_once()
             seeds = Seeds(work)
@@ -412,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, default=None, help="Copy each input that failed here.")
     ap.add_argument("--checkpoint", type=Path, default=None, help="Write the JSON summary here while running.")
     ap.add_argument("--checkpoint-s", type=float, default=60.0, help="Seconds between checkpoints.")
+    ap.add_argument("--memory-mb", type=int, default=4096,
+                    help="Address-space cap of each worker (0: none); past it an input ends in a MemoryError.")
     ap.add_argument("--replay", type=int, default=None, metavar="N", help="Make and run input N of --seed only.")
     a = ap.parse_args(argv)
     formats = tuple(f for f in a.formats.split(",") if f)
@@ -430,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
 
     res = run_batch(a.seed, a.inputs, minutes, formats, a.timeout_s, a.workdir, a.keep, a.workers, a.checkpoint,
-                    a.checkpoint_s)
+                    a.checkpoint_s, a.memory_mb or None)
     print(json.dumps(res.to_dict(), indent=1))
     return 1 if res.failures() else 0
 

@@ -200,3 +200,19 @@ def test_a_command_that_writes_into_its_input_is_a_failure(tmp_path: Path, monke
     assert result.failures() == 1 and result.total("success") == 1
     assert any(": changed" in c for c in result.input_changed)
     assert any(".x.tmp: left behind" in c for c in result.input_changed)
+
+
+def _allocate_without_bound(argv: list[str]) -> int:
+    _ = [0] * (2**31)  # 16 GiB of pointers
+    return 0
+
+
+def test_a_worker_s_memory_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An input that allocates without bound is a MemoryError traceback in its worker, not the machine's memory."""
+    fuzz = _fuzz()
+    import dnnprof.cli.main as cli
+
+    monkeypatch.setattr(cli, "main", _allocate_without_bound)
+    result = fuzz.run_batch(seed=1, inputs=1, formats=("summary",), workdir=tmp_path, workers=1, memory_mb=2048)
+    assert result.total("traceback") == 1
+    assert next(iter(result.tracebacks)).startswith("MemoryError at ")
