@@ -66,6 +66,12 @@ def _base_time(doc: dict[str, Any]) -> None:
     doc["baseTimeNanoseconds"] = 2**64
 
 
+def _rank(value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(doc: dict[str, Any]) -> None:
+        doc["distributedInfo"] = {**(doc.get("distributedInfo") or {}), "rank": value}
+    return change
+
+
 HOSTILE: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "external-id-u64": (_ext_id, "1 numbers beyond the 64-bit range"),
     "external-id-huge": (_ext_id_huge, "1 numbers beyond the 64-bit range"),
@@ -75,6 +81,9 @@ HOSTILE: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "fwdbwd-ts": (_flow, ""),
     "device-properties-[1]": (_device_props, "1 deviceProperties entries that are not objects were ignored"),
     "base-time": (_base_time, ""),
+    "rank-9.3e15": (_rank(9.3e15), "distributedInfo.rank is not a rank"),  # found by the fuzz run: int16 overflow
+    "rank-70000": (_rank(70000), "distributedInfo.rank is not a rank"),
+    "rank--1": (_rank(-1), "distributedInfo.rank is not a rank"),
 }
 
 

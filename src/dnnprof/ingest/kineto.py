@@ -315,6 +315,10 @@ def valid_utf8(data: bytes | memoryview) -> bytes:
     return bytes(data).decode("utf-8", "replace").encode()
 
 
+#: Ranks the profile's int16 rank column holds.
+RANK_LIMIT = 2**15
+
+
 def _num(v: Any, default: float = -1) -> float:
     if isinstance(v, bool) or v is None:
         return default
@@ -512,6 +516,8 @@ def _read_profile_in(path: Path, rank: int | None, chunk_bytes: int, stream: boo
         if tally["out_of_range"]:
             notes.append(f"{tally['out_of_range']:,} numbers beyond the 64-bit range (ids, sizes, threads) were "
                          "read as unknown")
+        if tally["bad_rank"]:
+            notes.append(f"distributedInfo.rank is not a rank from 0 to {RANK_LIMIT - 1:,}: read as rank 0")
         if tally["bad_device"]:
             notes.append(f"{tally['bad_device']:,} deviceProperties entries that are not objects were ignored")
         if tally["bad_utf8"]:
@@ -594,6 +600,9 @@ def _build(path: Path, rank: int | None, cols: EventColumns, trace: _Trace, tall
     info = trace.distributedInfo or {}
     if rank is None:
         rank = _int(info.get("rank"), 0) if isinstance(info, dict) else 0
+        if not 0 <= rank < RANK_LIMIT:  # the rank column is int16: a rank no launcher gives is unknown, rank 0
+            tally["bad_rank"] += 1
+            rank = 0
     profile = Profile()
     profile.tables.update(cols.tables(profile, rank))
     profile.devices = _devices(trace.deviceProperties, rank, tally)
