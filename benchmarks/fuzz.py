@@ -267,7 +267,12 @@ def _limit_memory(memory_mb: int | None) -> None:
     if memory_mb:
         import resource
 
-        limit = memory_mb * 2**20
+        # On top of what the process holds already: a worker forked from a big parent (a test run's pytest holds
+        # several GB of address space) would otherwise be over its cap from the start, and even the queue's feeder
+        # thread could not get its stack (it then never starts, and the worker hangs).
+        with open("/proc/self/statm") as f:
+            held = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = held + memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
@@ -278,6 +283,7 @@ def _worker(w: int, seed: int, first: int, step: int, stop: int | None, deadline
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
+    out.put(("ready", w, first, time.monotonic()))  # the queue's feeder thread starts before the cap
     _limit_memory(memory_mb)
     _build_cli_once()
     seeds = Seeds(work)

@@ -213,6 +213,12 @@ def test_a_worker_s_memory_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyP
     import dnnprof.cli.main as cli
 
     monkeypatch.setattr(cli, "main", _allocate_without_bound)
+    import mmap
+
+    # The cap is on top of what the forked worker holds: a parent as big as a long test run's (several GB of
+    # address space) left its worker over the cap from the start, unable to start its queue's thread.
+    held = mmap.mmap(-1, 3 * 2**30)
     result = fuzz.run_batch(seed=1, inputs=1, formats=("summary",), workdir=tmp_path, workers=1, memory_mb=2048)
+    held.close()
     assert result.total("traceback") == 1
     assert next(iter(result.tracebacks)).startswith("MemoryError at ")
