@@ -303,15 +303,7 @@ def make_kineto(rng: random.Random, seeds: Seeds, out: Path) -> list[str]:
         data = head + (b", " if len(head) > 1 else b"") + b'"traceEvents": [' + b", ".join(events) + b"]}"
     else:  # the events were replaced as a whole, or the document is not an object
         data = _dump(top)
-    if rng.random() < 0.25:
-        data = mutate_bytes(data, rng)
-    path = out / ("t.json.gz" if rng.random() < 0.3 else "t.json")
-    if path.suffix == ".gz":
-        data = gzip.compress(data, compresslevel=1)
-        if rng.random() < 0.1:
-            data = mutate_bytes(data, rng)
-    path.write_bytes(data)
-    return ["analyze", str(path)]
+    return ["analyze", str(_write_input(out, "t.json", data, rng, mutate_p=0.25, gz_p=0.3, gz_mutate_p=0.1))]
 
 
 _CSV_HOSTILE = ["", "inf", "-inf", "nan", "1e400", "1e308", "-1", "99999999999999999999", "70000", "n/a",
@@ -342,15 +334,23 @@ def make_ncu(rng: random.Random, seeds: Seeds, out: Path) -> list[str]:
     buf = io.StringIO()
     csv.writer(buf, quoting=csv.QUOTE_ALL).writerows(rows)
     data = ("\n".join(head) + "\n" + buf.getvalue()).encode()
-    if rng.random() < 0.2:
+    return ["analyze", str(_write_input(out, "ncu.csv", data, rng, mutate_p=0.2, gz_p=0.2, gz_mutate_p=0.3))]
+
+
+def _write_input(out: Path, name: str, data: bytes, rng: random.Random, *, mutate_p: float, gz_p: float,
+                 gz_mutate_p: float) -> Path:
+    """Write an input file: its bytes flipped with probability ``mutate_p``, gzipped (``name.gz``) with ``gz_p``,
+    the compressed bytes flipped with ``gz_mutate_p`` (draws in that order, so an input stays the same for a
+    seed and N)."""
+    if rng.random() < mutate_p:
         data = mutate_bytes(data, rng)
-    path = out / ("ncu.csv.gz" if rng.random() < 0.2 else "ncu.csv")
+    path = out / (f"{name}.gz" if rng.random() < gz_p else name)
     if path.suffix == ".gz":
         data = gzip.compress(data, compresslevel=1)
-        if rng.random() < 0.3:
+        if rng.random() < gz_mutate_p:
             data = mutate_bytes(data, rng)
     path.write_bytes(data)
-    return ["analyze", str(path)]
+    return path
 
 
 def _mutate_file(path: Path, rng: random.Random) -> None:
