@@ -5,7 +5,9 @@ Sources, in order:
 2. ``Optimizer.step#…`` ranges that PyTorch records on every optimizer step: a step ends where one ends;
 3. the kernel launch sequence repeats with a fixed period (inference loops without markers): the period is found
    from a launch that occurs once per period (the kernels of one CUDA-graph replay are one launch), and the phase is
-   put where the GPU idles longest;
+   put where the GPU idles longest. When only part of the trace repeats (a decode loop's graph replays after an
+   eager prefill and warm-up), the longest repeating stretch is the steps if it holds most of the GPU time; what
+   comes before and after it is in no step;
 4. nothing: the whole trace is one window and the report says how to mark steps.
 """
 
@@ -23,6 +25,8 @@ from dnnprof.model.steps import assign_steps
 MIN_PATTERN_REPEATS = 3
 #: Share of kernel positions that must repeat exactly one period later.
 MIN_PATTERN_MATCH = 0.9
+#: Share of the kernel time a repeating stretch must hold to stand for the steps of a trace that repeats only in part.
+MIN_STRETCH_TIME = 0.5
 
 
 def step_source(profile: Profile, rank: int = 0) -> str:
@@ -93,15 +97,20 @@ def _pattern_windows(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarra
     # A launch is known by its first kernel's name and its kernel count.
     _, seq = np.unique(np.stack([names[heads].astype(np.int64), count]), axis=1, return_inverse=True)
     seq = seq.ravel()
+    lo, hi = 0, heads.size  # the launches that repeat: all of them, or the stretch that holds most GPU time
     period = _period(seq)
     if period is None:
-        return None
+        launch_ns = np.add.reduceat(k["dur_ns"][sel].astype(np.float64), heads)
+        found = _periodic_stretch(seq, launch_ns)
+        if found is None:
+            return None
+        period, lo, hi = found
     start = k["start_ns"][sel]
     run_end = np.maximum.accumulate(start + k["dur_ns"][sel])
     gap_before = np.zeros(heads.size, dtype=np.int64)
     gap_before[1:] = np.maximum(start[heads[1:]] - run_end[heads[1:] - 1], 0)
-    offset = int(np.argmax(np.bincount(np.arange(heads.size) % period, weights=gap_before, minlength=period)))
-    firsts = sel[heads[np.arange(offset, heads.size, period)]]
+    offset = int(np.argmax(np.bincount(np.arange(hi - lo) % period, weights=gap_before[lo:hi], minlength=period)))
+    firsts = sel[heads[np.arange(lo + offset, hi, period)]]
     # Host-side windows: from the launch of each period's first launch to the next one's. Without a launch record,
     # the GPU start moved back by the median launch-to-start delay of the others (one clock for every boundary).
     launch = k["launch_row"][firsts]
@@ -122,6 +131,46 @@ def _pattern_windows(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarra
     if t0.size < MIN_PATTERN_REPEATS:
         return None
     return t0[:-1], t0[1:]
+
+
+def _periodic_stretch(seq: np.ndarray, launch_ns: np.ndarray) -> tuple[int, int, int] | None:
+    """``(period, lo, hi)``: the longest run of launches ``seq[lo:hi]`` that repeats exactly with ``period``, at least
+    ``MIN_PATTERN_REPEATS`` times and holding ``MIN_STRETCH_TIME`` of the kernel time ``launch_ns``; else None."""
+    total = float(launch_ns.sum())
+    if total <= 0:
+        return None
+    values, counts = np.unique(seq, return_counts=True)
+    order = np.argsort(-counts, kind="stable")
+    best: tuple[int, int, int] | None = None
+    tried: set[int] = set()
+    for v in values[order][counts[order] >= MIN_PATTERN_REPEATS][:20]:
+        diffs = np.diff(np.flatnonzero(seq == v))
+        if diffs.size == 0:
+            continue
+        p = int(np.bincount(diffs).argmax())  # the commonest gap: the period inside the stretch
+        if p <= 0 or p in tried or seq.size < MIN_PATTERN_REPEATS * p:
+            continue
+        tried.add(p)
+        same = np.concatenate([[False], seq[:-p] == seq[p:], [False]])
+        edges = np.flatnonzero(np.diff(same.astype(np.int8)))
+        if edges.size == 0:
+            continue
+        run_lo, run_hi = edges[0::2], edges[1::2]  # same[i] for i in [run_lo, run_hi) ⇒ seq[run_lo:run_hi + p] repeats
+        longest = int(np.argmax(run_hi - run_lo))
+        lo, hi = int(run_lo[longest]), int(run_hi[longest]) + p
+        if (hi - lo) // p < MIN_PATTERN_REPEATS or float(launch_ns[lo:hi].sum()) < MIN_STRETCH_TIME * total:
+            continue
+        if best is None or hi - lo > best[2] - best[1]:
+            best = (p, lo, hi)
+    if best is None:
+        return None
+    p, lo, hi = best
+    # The smallest period that repeats the stretch exactly (a launch seen every other iteration gives a multiple).
+    part = seq[lo:hi]
+    for d in range(1, p):
+        if p % d == 0 and part.size // d >= MIN_PATTERN_REPEATS and bool(np.all(part[:-d] == part[d:])):
+            return d, lo, hi
+    return best
 
 
 def _period(seq: np.ndarray) -> int | None:
