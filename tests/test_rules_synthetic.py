@@ -7,6 +7,7 @@ loading, planted syncs with hand-computable blame, optimizer loops, occupancy, r
 from __future__ import annotations
 
 import itertools
+import statistics
 from typing import Any
 
 import pytest
@@ -418,3 +419,25 @@ def test_cpu_only_and_empty_profiles_give_no_gpu_findings() -> None:
 
     a = analyse(Profile())
     assert findings_from_analysis(a, summary_of(a)) == []
+
+
+def test_unstable_steps_reads_the_gpu_cadence_when_the_host_runs_ahead() -> None:
+    """A host that queues work ahead of the GPU waits whenever the launch queue is full: its step times jump
+    (2, 2, 2, 34 µs) while the GPU finishes an iteration every 10 µs. No unstable iteration; when the GPU's own
+    cadence does vary, the finding is about that cadence (and says so), not about the host's waits."""
+    def loop(gpu_lengths: list[int]) -> dict[str, Any]:
+        s = Synth()
+        host = [0, 2_000, 4_000, 6_000, 40_000]
+        t = 10_000
+        for i in range(4):
+            s.op(f"ProfilerStep#{i}", host[i], host[i + 1] - host[i], category="user_annotation")
+            s.kernel(BF16_GEMM, t, gpu_lengths[i], launch=host[i] + 5)
+            t += gpu_lengths[i]
+        return run(s, list(itertools.pairwise(host)))
+
+    assert "unstable-steps" not in loop([10_000] * 4)
+    f = loop([10_000, 10_000, 30_000, 10_000])["unstable-steps"]
+    assert f["evidence"]["measured_on"] == "gpu_cadence" and "GPU cadence" in f["title"]
+    gpu = [10, 10, 30, 10]
+    assert f["evidence"]["cv_pct"] == pytest.approx(100 * statistics.pstdev(gpu) / statistics.mean(gpu), abs=0.01)
+    assert f["evidence"]["host_cv_pct"] > f["evidence"]["cv_pct"]

@@ -156,7 +156,11 @@ def unstable_steps(ctx: Context) -> Finding | None:
 
     Pattern: coefficient of variation of the host-side step durations above ``UNSTABLE_MAX_CV_PCT`` over at least
     ``UNSTABLE_MIN_STEPS`` steps, every one of them longer than 0 (a step of 0 µs or less is a broken boundary and
-    the rule stays quiet).
+    the rule stays quiet), and so is the GPU's cadence (start of one step's GPU work to the next one's; the last
+    step's own GPU span) when every step has GPU work: a host that runs ahead of the GPU waits whenever the launch
+    queue is full, so its step times jump while the GPU finishes an iteration every N µs; iterations are unstable
+    only when both vary (a host stall the GPU waits for shows in both). When the host's CV is over twice the GPU's,
+    the statistics are the GPU cadence's (the host's waits are the queue's, not the iterations').
     Algorithm: CV = std / mean of the step durations; the slowest step is compared with the median step (GPU busy
     and idle by cause) to say where the extra time went.
     Fix: exclude warm-up and compilation steps from measurement, make shapes static (pad/bucket sequence
@@ -172,8 +176,20 @@ def unstable_steps(ctx: Context) -> Finding | None:
     cv = 100.0 * d.std() / d.mean()
     if cv <= UNSTABLE_MAX_CV_PCT:
         return None
+    host_cv, measured_on = cv, "host"
+    gpu_start = steps["gpu_start_ns"][sel].astype(np.float64)
+    gpu_end = steps["gpu_end_ns"][sel].astype(np.float64)
+    # The GPU's pace: from each step's first GPU work to the next step's; the last step's own GPU span.
+    cadence = np.append(np.diff(gpu_start), gpu_end[-1] - gpu_start[-1])
+    gpu_cv = None
+    if (gpu_start >= 0).all() and (cadence > 0).all():
+        gpu_cv = 100.0 * cadence.std() / cadence.mean()
+        if gpu_cv <= UNSTABLE_MAX_CV_PCT:
+            return None  # the host waits on a full launch queue now and then; the GPU's iterations are steady
+        if gpu_cv < 0.5 * cv:  # the host far noisier than the GPU: it runs ahead, and the GPU's pace is the steps'
+            d, cv, measured_on = cadence, gpu_cv, "gpu_cadence"
     med = float(np.median(d))
-    slow = int(np.argmax(d))
+    slow = int(np.argmax(d))  # a cadence interval k runs from step k's GPU start to step k+1's: step k's
     number = int(steps["number"][sel][slow])
     per_step = {s.number: s for s in ctx.util.steps}
     slow_st = per_step.get(number)
@@ -188,16 +204,21 @@ def unstable_steps(ctx: Context) -> Finding | None:
     trend = np.corrcoef(np.arange(d.size), d)[0, 1] if d.size >= 3 and d.std() > 0 else 0.0
     return Finding(
         id="unstable-steps",
-        title=f"Unstable step time: CV {cv:.0f}% over {d.size} steps",
+        title=(f"Unstable step time: CV {cv:.0f}% over {d.size} steps"
+               + (" (GPU cadence: the host runs ahead of the GPU)" if measured_on == "gpu_cadence" else "")),
         summary=(f"steps take {ns_brief_text(d.min())}–{ns_brief_text(d.max())} (median {ns_brief_text(med)}); slowest: step {number}"
                  + ("; durations grow steadily" if trend > 0.9 else "")),
         recommendation=("Measure steady state only (skip warm-up/compilation steps), keep input shapes static (pad or "
                         "bucket sequence lengths), move logging/checkpointing/evaluation out of the timed steps, and "
                         "lock GPU clocks when benchmarking."),
         est_gain_pct=max(0.0, 100.0 * (d.mean() - med) / d.mean()),
-        how_estimated="(mean − median) / mean of the step durations: what is saved if every step ran like the median.",
+        how_estimated=("(mean − median) / mean of the step durations: what is saved if every step ran like the median"
+                       + (" (durations between the starts of consecutive steps' GPU work: the host's own step times "
+                          "follow the launch queue, not the iterations)." if measured_on == "gpu_cadence" else ".")),
         evidence={"steps": int(d.size), "cv_pct": round(cv, 2), "durations_us": [us(x) for x in d.tolist()],
-                  "median_us": us(med), "mean_us": us(d.mean()), "trend_corr": round(float(trend), 3), **detail},
+                  "measured_on": measured_on, "host_cv_pct": round(host_cv, 2),
+                  "median_us": us(med), "mean_us": us(d.mean()), "trend_corr": round(float(trend), 3),
+                  **({"gpu_cadence_cv_pct": round(gpu_cv, 2)} if gpu_cv is not None else {}), **detail},
     )
 
 
