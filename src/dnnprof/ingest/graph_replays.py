@@ -164,3 +164,57 @@ def _under_backward(profile: Profile, op_rows: np.ndarray) -> list[bool]:
 def _store(profile: Profile, info: dict[str, Any]) -> dict[str, Any]:
     profile.meta.setdefault("compiled", {})["graph_replays"] = info
     return info
+
+
+def match_captured_replays(profile: Profile) -> dict[str, int]:
+    """Replays of a graph captured by hand (``torch.cuda.graph``), whose kernels the same code also launched eagerly
+    inside the trace (the warm-up a capture needs, an eager prefill of the same layers): each replayed kernel takes
+    the launching op of the eager kernel at the same place of the same sequence, so its layer, phase, op and source
+    line are the ones it was captured from. A replay's kernel names in start order must occur as one unbroken run
+    among the other kernels of one stream (the latest run, nearest the capture); a replay with no such run keeps
+    no op. Counts are kept in ``profile.meta["graph_replays_eager"]`` when any replay was looked at."""
+    info = {"replays": 0, "matched": 0, "kernels": 0}
+    rt = profile.tables["runtime"]
+    k = profile.tables["kernels"]
+    launches = np.flatnonzero(rt["api_kind"] == API_KINDS.index("graph_launch"))
+    if launches.size == 0 or k["start_ns"].size == 0:
+        return info
+    key_of_launch = _keys(rt["rank"][launches], rt["correlation"][launches])
+    keys = _keys(k["rank"], k["correlation"])
+    replayed = np.isin(keys, key_of_launch) & (k["correlation"] > 0)
+    target = np.flatnonzero(replayed & (k["op_row"] < 0))
+    eager = np.flatnonzero(~replayed & (k["op_row"] >= 0))
+    if target.size == 0 or eager.size == 0:
+        return info
+    eager = eager[np.lexsort((k["start_ns"][eager], k["stream"][eager], k["rank"][eager]))]
+    e_names = k["name_id"][eager].astype(np.int64)
+    e_group = (k["rank"][eager].astype(np.int64) << 32) | (k["stream"][eager].astype(np.int64) & 0xFFFFFFFF)
+    target = target[np.lexsort((k["start_ns"][target], keys[target]))]
+    bounds = np.flatnonzero(np.r_[True, keys[target][1:] != keys[target][:-1], True])
+    found: dict[tuple[int, ...], np.ndarray | None] = {}
+    op_row = k["op_row"]
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        rows = target[a:b]
+        sig = tuple(k["name_id"][rows].astype(np.int64).tolist())
+        if sig not in found:
+            found[sig] = _latest_run(e_names, e_group, np.asarray(sig, dtype=np.int64))
+        info["replays"] += 1
+        at = found[sig]
+        if at is not None:
+            op_row[rows] = op_row[eager[at]]
+            info["matched"] += 1
+            info["kernels"] += rows.size
+    profile.meta["graph_replays_eager"] = info
+    return info
+
+
+def _latest_run(names: np.ndarray, group: np.ndarray, sig: np.ndarray) -> np.ndarray | None:
+    """Positions of the last unbroken run of ``sig`` in ``names`` that stays within one ``group``, or None."""
+    n = sig.size
+    if n == 0 or names.size < n:
+        return None
+    starts = np.flatnonzero(names[: names.size - n + 1] == sig[0])
+    for s in starts[::-1].tolist():
+        if group[s] == group[s + n - 1] and np.array_equal(names[s:s + n], sig):
+            return np.arange(s, s + n)
+    return None

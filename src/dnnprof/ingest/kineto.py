@@ -35,6 +35,7 @@ import numpy as np
 from dnnprof.ingest import progress
 from dnnprof.ingest.column_spill import SpilledColumns
 from dnnprof.ingest.errors import TraceError
+from dnnprof.ingest.graph_replays import match_captured_replays
 from dnnprof.ingest.kineto_split import PARALLEL_MIN_BYTES, read_in_two, worth_splitting
 from dnnprof.ingest.kineto_tables import EventColumns
 from dnnprof.ingest.nesting import distinct
@@ -509,6 +510,7 @@ def _read_profile_in(path: Path, rank: int | None, chunk_bytes: int, stream: boo
             _add_events(cols, trace.traceEvents)
             trace.traceEvents = []
         profile = _build(path, rank, cols, trace, tally)
+        match_captured_replays(profile)
         tally["no_dur"] += cols.negative_durations
         notes = [f"{tally['no_ts']:,} events without a valid timestamp were left out"] if tally["no_ts"] else []
         if tally["no_dur"]:
