@@ -98,6 +98,13 @@ def test_script_without_optimizer_is_profiled_whole_with_advice(tmp_path: Path) 
     meta = load(run, "meta.json")
     assert meta["status"] == "no_steps" and meta["capture"]["kinds"] == ["whole_run"]
     assert load(run, "summary.json")["steps"]["source"] == "whole_trace"
+    # The whole-run window records module ranges too, started inside the model's first call: its children keep
+    # their names under it (not each taken for a root of its own).
+    from dnnprof.analysis.attribution import attribute
+    from dnnprof.ingest.detect import open_profile
+
+    layers = set(attribute(open_profile(run), "ops").layer.tolist())
+    assert {"0 (Linear)", "1 (ReLU)", "2 (Linear)"} <= layers, layers
 
 
 def test_inference_over_a_dataloader_steps_on_its_batches(tmp_path: Path) -> None:

@@ -148,6 +148,8 @@ class Controller:
             # Nothing marks iterations yet: record from here, in case nothing ever does (inference scripts).
             self.pending = Window(self.torch, "whole_run", 0, cuda=self._cuda_in_use())
             self.pending.start()
+            if self.pending.ranges is not None:
+                self.pending.ranges.map_root(module)
 
     def explicit_step(self, items: float | None = None) -> None:
         """``dnnprof.step()`` lands here."""

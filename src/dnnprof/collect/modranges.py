@@ -61,14 +61,20 @@ class ModuleRanges:
             st = self._local.stack = []
         return st
 
+    def map_root(self, module: Any) -> None:
+        """Name ``module``'s tree with it as the root. Done on the root's first call, or at install time for the
+        module whose forward is already running (its pre-hook has passed, so its children would otherwise each
+        be taken for a root of its own, and their fully qualified names lost for the rest of the run)."""
+        root_cls = type(module).__name__
+        self.roots.append(weakref.ref(module))
+        for fqn, m in module.named_modules():
+            if id(m) not in self._labels:
+                name = fqn or root_cls
+                self._labels[id(m)] = (range_name(name, type(m).__name__), name)
+
     def _label(self, module: Any, stack: list[tuple[int, Any, str]]) -> tuple[str, str]:
         if not stack:
-            root_cls = type(module).__name__
-            self.roots.append(weakref.ref(module))
-            for fqn, m in module.named_modules():
-                if id(m) not in self._labels:
-                    name = fqn or root_cls
-                    self._labels[id(m)] = (range_name(name, type(m).__name__), name)
+            self.map_root(module)
             return self._labels[id(module)]
         # A module created or attached after its root was mapped: name it under its caller.
         parent = stack[-1][2]

@@ -9,7 +9,8 @@ kind           what is recorded                                             used
 ``full``       CPU + CUDA + shapes + stacks + memory events + modules       ``--full``
                (torch's ``with_modules`` and dnnprof's module ranges)
 ``cpu``        CPU ops + module ranges (no CUDA in use)                     runs without a GPU
-``whole_run``  CPU ops (+ CUDA when initialised), from the first forward    scripts with no iterations
+``whole_run``  CPU ops (+ CUDA when initialised) + module ranges, from the    scripts with no iterations
+               first forward (the module already running is mapped as a root)
 =============  ===========================================================  ===========================
 
 Every window carries ``ProfilerStep#N`` ranges (N = the run's global step index) and a ``dnnprof.clock_sync`` range
@@ -122,7 +123,7 @@ class Window:
                     pass
             self.prof = torch.profiler.profile(activities=self._activities(), record_shapes=full, with_stack=full,
                                                profile_memory=full, with_modules=full, **extra)
-        if self.kind in ("attribution", "full", "cpu"):
+        if self.kind in ("attribution", "full", "cpu", "whole_run"):
             if compiled_code_in_use(torch):
                 self.ranges_note = "module ranges off: torch.compile graphs in use (hooks would force recompiles)"
             else:
