@@ -71,3 +71,31 @@ def test_compiled_cnn_inference_on_modules(tmp_path: Path) -> None:
     assert s["compiled_module_share_pct"] >= 95.0 and s["module_share_pct"] >= 50.0, s
     assert s["phase_pct"]["forward"] == 100.0
     assert s["compiled"]["ops_unmatched"] == 0 and s["compiled"]["ops_matched"] > 0
+
+
+@pytest.mark.slow
+def test_compiled_cnn_training_kernels_keep_their_own_modules(tmp_path: Path) -> None:
+    """A ``convolution_backward`` fallback lists among its origins the batch-norm/ReLU backward nodes whose results
+    it consumes (and the block and the root around them); its record is its own convolution's module, so the cuDNN
+    gradient kernels land on that ``Conv2d`` and not on the common parent or the compiled root. And the backward's
+    shared constants (one ``full`` of 0 for every ReLU's ``threshold_backward``, made where the first ReLU was) do
+    not pull every fused kernel of the backward up to the common parent of the first and the last block."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, "-m", "dnnprof.cli.main", "run", "-q", "--warmup-steps", "2", "--steps", "2",
+                        "--out", str(out), "--", sys.executable, str(SCRIPT), "--model", "cnn", "--train",
+                        "--steps", "6", "--device", "cpu", "--size", "tiny"],
+                       env=env, capture_output=True, text=True, timeout=400, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rec = json.loads((out / "compiled_kernels.json").read_text())
+    if rec["status"] == "unavailable":
+        pytest.skip(rec["note"])
+    conv_bw = [k for k in rec["kernels"] if k["extern"] and "convolution_backward" in k["name"]]
+    assert len(conv_bw) == 6, [k["name"] for k in rec["kernels"] if k["extern"]]  # stem + 2 per block + 1 downsample
+    for k in conv_bw:
+        assert len(k["module_stacks"]) == 1 and k["module_stacks"][0][-1][1] == "Conv2d", k
+    block0 = [k for k in rec["kernels"] if not k["extern"] and rec["graphs"][k["graph"]]["backward"]
+              and any(st and st[-1][0] == "layers.0.conv1" for st in k["module_stacks"])]
+    assert block0, rec["kernels"]
+    for k in block0:  # the gradient of block 0's first conv/bn/relu is block 0's own work
+        assert not any(st and st[-1][0].startswith("layers.1") for st in k["module_stacks"]), k

@@ -68,16 +68,29 @@ def node_source(meta: dict[str, Any]) -> str:
     return ""
 
 
-def _origins(node_schedule: Any, is_extern: bool) -> list[Any]:
+def _origins(node_schedule: Any, is_extern: bool, op: str = "") -> list[Any]:
     if is_extern:
         origin = getattr(node_schedule, "origin_node", None)
-        return [origin] if origin is not None else list(getattr(node_schedule, "origins", ()) or ())
+        if origin is not None:
+            return [origin]
+        origins = list(getattr(node_schedule, "origins", ()) or ())
+        # An extern call's origins can hold the nodes whose results it consumes (a convolution_backward fallback
+        # lists the batch-norm and ReLU backward nodes and the pooling backward before it): the call is the node of
+        # its own op, when one is there.
+        own = [o for o in origins if op and _op_name(getattr(o, "target", None)) == op]
+        return own or origins
     out = []
     for snode in node_schedule or ():
         node = getattr(snode, "node", None)
         if node is not None:
             out.extend(getattr(node, "origins", ()) or ())
     return out
+
+
+def _op_name(target: Any) -> str:
+    """``aten.convolution_backward.default`` (an OpOverload) → ``convolution_backward``; "" for anything else."""
+    parts = str(target or "").split(".")
+    return parts[1] if len(parts) >= 2 and parts[0] == "aten" else ""
 
 
 class CompiledKernels:
@@ -207,7 +220,12 @@ class CompiledKernels:
     def record(self, node_schedule: Any, kernel_name: str, is_extern: bool) -> None:
         g = self._graph()
         stacks, sources = [], []
-        for o in _origins(node_schedule, is_extern):
+        op = kernel_name.split(".")[-2] if kernel_name.startswith("torch.ops.") else kernel_name.split(".")[-1]
+        origins = _origins(node_schedule, is_extern, op if is_extern else "")
+        # A node computed from no other node (a ``full``/``scalar_tensor`` constant) is made once and shared by every
+        # kernel that inlines it, with the module of wherever it was first made: it says nothing of the kernel's.
+        computed = [o for o in origins if getattr(o, "all_input_nodes", None)]
+        for o in computed or origins:
             meta = getattr(o, "meta", None) or {}
             stacks.append(node_modules(meta))
             src = node_source(meta)
