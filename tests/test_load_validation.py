@@ -69,6 +69,10 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
         {**json.loads((d / "profile.json").read_text()), "devices": [1]})), "device 0: a JSON int"),
     "a device without its id": (lambda d: (d / "profile.json").write_text(json.dumps(
         {**json.loads((d / "profile.json").read_text()), "devices": [{"name": "GPU"}]})), "device 0: no id"),
+    "a step source that is no source": (lambda d: _rewrite(d / "steps.parquet", "source", lambda c: pa.array(
+        [-7] * len(c), type=pa.int8())), "steps.parquet: source holds -7, which is none of the 6 codes"),
+    "an op category past the list": (lambda d: _rewrite(d / "ops.parquet", "category", lambda c: pa.array(
+        [3] * len(c), type=pa.int8())), "ops.parquet: category holds 3, which is none of the 3 codes"),
     "event counts that are text": (lambda d: (d / "profile.json").write_text(json.dumps(
         {**json.loads((d / "profile.json").read_text()), "meta": {"event_counts": {"kernel": "x"}}})),
         "meta.event_counts holds something other than counts"),
@@ -209,3 +213,24 @@ def test_step_ranges_of_collector_json_cost_what_the_run_recorded(tmp_path: Path
     summary = json.loads((tmp_path / "s.json").read_text())
     overhead = summary.get("overhead") or summary["run"]["overhead"]
     assert all(0 <= s < recorded for s in overhead["baseline_steps"])
+
+
+def test_a_window_never_stopped_is_read_to_its_start(tmp_path: Path) -> None:
+    """``stopped_ns`` may be absent (a window the run never stopped): the samples are kept up to the windows' ends
+    that are known, not a KeyError."""
+    d = _run_copy(tmp_path)
+    doc = json.loads((d / "collector.json").read_text())
+    assert doc.get("samples_file")
+    doc["windows"] = [{k: v for k, v in w.items() if k != "stopped_ns"} for w in doc["windows"]]
+    (d / "collector.json").write_text(json.dumps(doc))
+    assert main(["analyze", str(d), "--quiet", "--json", str(tmp_path / "s.json")]) == 0
+
+
+def test_a_decode_loop_without_runtime_durations_has_no_work_inside_its_iterations(tmp_path: Path) -> None:
+    """A saved decode loop whose ``runtime.parquet`` lacks ``dur_ns`` (loading fills a missing column with zeros):
+    the replays' launch calls, the iterations' host windows, are 0 ns long, so no kernel is launched inside one; the
+    serving section is computed without them, not an IndexError."""
+    d = read_kineto(GRAPH).save(tmp_path / "p")
+    t = pq.read_table(d / "runtime.parquet")
+    pq.write_table(t.drop(["dur_ns"]), d / "runtime.parquet")
+    assert main(["analyze", str(d), "--quiet", "--json", str(tmp_path / "s.json")]) == 0

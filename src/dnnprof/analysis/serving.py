@@ -227,6 +227,8 @@ def _gpu_windows(profile: Profile, rank: int, host_s: np.ndarray, host_e: np.nda
         i = np.searchsorted(host_s, at, side="right") - 1
         ok = (i >= 0) & (at < host_e[np.clip(i, 0, None)])
         rows, i = rows[ok], i[ok]
+        if rows.size == 0:  # none of this table's work was launched inside an iteration
+            continue
         s = t["start_ns"][rows].astype(np.int64)
         np.minimum.at(first, i, s)
         np.maximum.at(last, i, s + t["dur_ns"][rows])

@@ -251,7 +251,7 @@ def assemble(run_dir: Path, col: dict[str, Any], rank: int | None = None) -> tup
     samples = run_dir / col["samples_file"] if col.get("samples_file") else None
     if samples is not None and samples.is_file():
         lo = min(int(w["started_ns"]) for w in windows.values())
-        hi = max(int(w["stopped_ns"] or w["started_ns"]) for w in windows.values())
+        hi = max(int(w.get("stopped_ns") or w["started_ns"]) for w in windows.values())  # None: never stopped
         info["samples"] = add_samples(profile, json.loads(samples.read_text()), offset, lo, hi)
     return profile, info
 

@@ -3,8 +3,9 @@
 A saved profile is files on a disk: a file may be missing, cut short, edited or written by something else. Every
 check here returns the first problem as one line (the file and what is wrong), or None; ``Profile.load`` raises
 it as a :class:`~dnnprof.model.profile.ProfileError`. Checked: the ``profile.json`` document's shape, each
-column's type (a number column must be numbers, without nulls), the strings (text, without nulls), and every link
-between tables (``*_row`` to a row of its table, ``*_id`` to a string), so the analysis never indexes past an end.
+column's type (a number column must be numbers, without nulls), the strings (text, without nulls), every link
+between tables (``*_row`` to a row of its table, ``*_id`` to a string) and every code column (an op's category, a
+step's source: an index into one of the schema's name lists), so the analysis never indexes past an end.
 """
 
 from __future__ import annotations
@@ -162,3 +163,25 @@ def link_problem(tables: dict[str, dict[str, np.ndarray]], strings: int, folder:
                         f"{size} rows{gone}")
     return None
 
+
+
+def code_problem(tables: dict[str, dict[str, np.ndarray]], folder: Path) -> str | None:
+    """The first code column (its schema text says ``index into NAMES``, NAMES a list of the schema) holding a
+    value that is not an index of that list, or None."""
+    from dnnprof.model import schema
+
+    for name, t in tables.items():
+        for c in schema.TABLES.get(name, ()):
+            values = t.get(c.name)
+            marker = "index into "
+            if values is None or not values.size or marker not in c.doc:
+                continue
+            names = getattr(schema, c.doc.split(marker, 1)[1].split()[0].strip("(),."), None)
+            if not isinstance(names, tuple):
+                continue
+            lo, hi = int(values.min()), int(values.max())
+            if lo < 0 or hi >= len(names):
+                bad = hi if hi >= len(names) else lo
+                return (f"{folder / (name + '.parquet')}: {c.name} holds {bad}, which is none of the "
+                        f"{len(names)} codes it may hold (0 to {len(names) - 1})")
+    return None

@@ -252,7 +252,7 @@ class Profile:
         if problem:
             raise ProfileError(f"{d / 'strings.parquet'}: {problem}")
         strings = st.column("value").to_pylist()
-        problem = check.link_problem(tables, len(strings), d, missing)
+        problem = check.link_problem(tables, len(strings), d, missing) or check.code_problem(tables, d)
         if problem:
             raise ProfileError(problem)
         devices = [DeviceInfo.from_dict(x) for x in doc.get("devices", [])]
