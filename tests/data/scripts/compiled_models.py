@@ -1,11 +1,13 @@
 """Small models under ``torch.compile``, trained or run for inference: a GPT-style decoder (pre-norm blocks,
 causal attention, tied-free LM head) or a ResNet-style CNN (conv-bn-relu blocks with residuals).
 
-Usage: python compiled_models.py [--model gpt|cnn] [--train | --infer] [--mode default|reduce-overhead|eager]
+Usage: python compiled_models.py [--model gpt|cnn|gpt2|resnet50] [--train | --infer]
+                                 [--mode default|reduce-overhead|eager]
                                  [--steps N] [--device cpu|cuda] [--size tiny|small] [--graph-break]
 
 Training steps are optimizer steps; inference steps are ``record_function("infer_step")`` ranges (profile with
-``--step-marker infer_step``). What a correct profile shows: every generated kernel (``cpp_fused_*`` on the CPU,
+``--step-marker infer_step``). ``gpt2`` is Hugging Face's ``GPT2LMHeadModel`` (124M, from its config, no download;
+needs transformers) and ``resnet50`` torchvision's (needs torchvision), as people run them. What a correct profile shows: every generated kernel (``cpp_fused_*`` on the CPU,
 ``triton_*`` on a GPU) and every aten call of the compiled graphs on a module layer (``blocks.0.attn (Attention)``,
 ``layer1.0.conv1 (Conv2d)``), not on ``Torch-Compiled Region``; training has forward, backward and optimizer
 phases, inference forward only.
@@ -119,6 +121,32 @@ def build(name: str, size: str, dev: torch.device) -> tuple[nn.Module, callable,
 
         def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    elif name == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cfg = GPT2Config(use_cache=False) if size == "small" else \
+            GPT2Config(vocab_size=256, n_positions=64, n_embd=32, n_layer=2, n_head=2, use_cache=False,
+                       bos_token_id=0, eos_token_id=0)
+        model = GPT2LMHeadModel(cfg)
+        seq, batch = (512, 8) if size == "small" else (16, 4)
+
+        def data() -> tuple[torch.Tensor, torch.Tensor]:
+            t = torch.randint(0, cfg.vocab_size, (batch, seq + 1), device=dev)
+            return t[:, :-1], t[:, 1:]
+
+        def loss(out: object, y: torch.Tensor) -> torch.Tensor:
+            logits = out.logits
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    elif name == "resnet50":
+        import torchvision
+
+        model = torchvision.models.resnet50(weights=None)
+        hw, batch = (224, 32) if size == "small" else (64, 2)
+
+        def data() -> tuple[torch.Tensor, torch.Tensor]:
+            return torch.randn(batch, 3, hw, hw, device=dev), torch.randint(0, 1000, (batch,), device=dev)
+
+        loss = F.cross_entropy
     else:
         width, blocks, hw, batch = (64, 8, 224, 32) if size == "small" else (8, 2, 16, 4)
         model = CNN(width, blocks, 10)
@@ -132,7 +160,7 @@ def build(name: str, size: str, dev: torch.device) -> tuple[nn.Module, callable,
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--model", default="gpt", choices=["gpt", "cnn"])
+    p.add_argument("--model", default="gpt", choices=["gpt", "cnn", "gpt2", "resnet50"])
     g = p.add_mutually_exclusive_group()
     g.add_argument("--train", dest="train", action="store_true", default=True)
     g.add_argument("--infer", dest="train", action="store_false")
@@ -147,7 +175,8 @@ def main() -> int:
     dev = torch.device(args.device)
     torch.manual_seed(0)
     model, data, loss_fn = build(args.model, args.size, dev)
-    model.graph_break = args.graph_break
+    if args.model in ("gpt", "cnn"):
+        model.graph_break = args.graph_break
     if args.model == "gpt":
         model.break_ops = args.break_ops
     run = model if args.mode == "eager" else torch.compile(model, mode=None if args.mode == "default" else args.mode)
@@ -169,7 +198,7 @@ def main() -> int:
                     out = run(data()[0])
                 if dev.type == "cuda":
                     torch.cuda.synchronize()
-        print(f"out {tuple(out.shape)}", flush=True)
+        print(f"out {tuple(getattr(out, 'logits', out).shape)}", flush=True)
     print("done", flush=True)
     return 0
 
