@@ -25,7 +25,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
-FOREIGN = ROOT.parent / "shared" / "foreign"
+#: The foreign corpus beside the checkout; ``DNNPROF_FOREIGN`` names another place (a machine with only the repository).
+FOREIGN = Path(os.environ.get("DNNPROF_FOREIGN") or ROOT.parent / "shared" / "foreign")
 FORMATS = ("kineto", "ncu", "profile", "rundir", "summary")
 
 KINETO_SOURCES = [DATA / "cpu_mlp_train" / "trace.json.gz", DATA / "graph_replay_h100" / "trace.json.gz",
