@@ -146,7 +146,11 @@ class Controller:
             self._first_fwd = None
         if self.source is None and self.pending is None and not self.finalized:
             # Nothing marks iterations yet: record from here, in case nothing ever does (inference scripts).
-            self.pending = Window(self.torch, "whole_run", 0, cuda=self._cuda_in_use())
+            # Module ranges start here only for an eager model: the first call of a compiled one is the one Dynamo
+            # traces, and hooks installed now would be traced into its graphs (each range a graph break) and,
+            # removed when iterations show up, would make it recompile.
+            ranges = not (_compiled_module(module) or _compiling(self.torch))
+            self.pending = Window(self.torch, "whole_run", 0, cuda=self._cuda_in_use(), module_ranges=ranges)
             self.pending.start()
             if self.pending.ranges is not None:
                 self.pending.ranges.map_root(module)
@@ -467,3 +471,21 @@ class Controller:
         driver = self.sampler.nvml.driver_version() if self.sampler is not None and self.sampler.nvml.available \
             else None
         return environment(self.torch, self.pid, self.device, driver)
+
+
+def _compiled_module(module: Any) -> bool:
+    """``torch.compile(model)`` (an ``OptimizedModule``) or ``model.compile()`` (a compiled call in place)."""
+    return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
+
+
+def _compiling(torch: Any) -> bool:
+    """Inside a frame Dynamo is tracing or running (a compiled function that calls the model)."""
+    compiler = getattr(torch, "compiler", None)
+    try:
+        if compiler is not None and compiler.is_compiling():
+            return True
+        from torch._guards import TracingContext
+
+        return TracingContext.try_get() is not None
+    except Exception:  # noqa: BLE001 - an older torch without these: assume eager
+        return False

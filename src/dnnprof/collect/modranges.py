@@ -49,6 +49,7 @@ class ModuleRanges:
         fast = getattr(getattr(torch._C, "_profiler", None), "_RecordFunctionFast", None)
         self._rf = fast if fast is not None else torch.autograd.profiler.record_function
         self.fast = fast is not None
+        self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
         self._labels: dict[int, tuple[str, str]] = {}  # id(module) -> (range name, fqn)
         self._local = threading.local()
         self._handles: list[Any] = []
@@ -84,6 +85,8 @@ class ModuleRanges:
         return label
 
     def _pre(self, module: Any, args: Any) -> None:
+        if self._is_compiling():  # traced by Dynamo: a range would be a graph break; the compiled code has none
+            return
         stack = self._stack()
         label = self._labels.get(id(module))
         if label is None:
@@ -94,6 +97,8 @@ class ModuleRanges:
         self.calls += 1
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
+        if self._is_compiling():
+            return
         stack = self._stack()
         key = id(module)
         # Pop through ranges left open by a forward that raised before its own post-hook could run.

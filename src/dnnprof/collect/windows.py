@@ -10,7 +10,8 @@ kind           what is recorded                                             used
                (torch's ``with_modules`` and dnnprof's module ranges)
 ``cpu``        CPU ops + module ranges (no CUDA in use)                     runs without a GPU
 ``whole_run``  CPU ops (+ CUDA when initialised) + module ranges, from the    scripts with no iterations
-               first forward (the module already running is mapped as a root)
+               first forward (the module already running is mapped as a root;
+               no ranges when that module is compiled)
 =============  ===========================================================  ===========================
 
 Every window carries ``ProfilerStep#N`` ranges (N = the run's global step index) and a ``dnnprof.clock_sync`` range
@@ -77,7 +78,7 @@ def _user_scope_only(torch: Any) -> Iterator[bool]:
 class Window:
     """A profiler session of one kind; ``record()`` describes it for the collector's results."""
 
-    def __init__(self, torch: Any, kind: str, first_step: int, *, cuda: bool) -> None:
+    def __init__(self, torch: Any, kind: str, first_step: int, *, cuda: bool, module_ranges: bool = True) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown window kind {kind!r}; kinds: {', '.join(KINDS)}")
         self.torch = torch
@@ -90,6 +91,7 @@ class Window:
         self.scopes = "all"
         self.prof: Any = None
         self.ranges: ModuleRanges | None = None
+        self.module_ranges = module_ranges  # False: the caller knows the hooks would reach compiled code
         self.ranges_note = ""
         self._marker: Any = None
         self.probe: dict[str, Any] = {}
@@ -124,7 +126,9 @@ class Window:
             self.prof = torch.profiler.profile(activities=self._activities(), record_shapes=full, with_stack=full,
                                                profile_memory=full, with_modules=full, **extra)
         if self.kind in ("attribution", "full", "cpu", "whole_run"):
-            if compiled_code_in_use(torch):
+            if not self.module_ranges:
+                self.ranges_note = "module ranges off: the model is compiled (hooks would break its graphs)"
+            elif compiled_code_in_use(torch):
                 self.ranges_note = "module ranges off: torch.compile graphs in use (hooks would force recompiles)"
             else:
                 self.ranges = ModuleRanges(torch)
