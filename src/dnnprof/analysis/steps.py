@@ -110,7 +110,11 @@ def _pattern_windows(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarra
     gap_before = np.zeros(heads.size, dtype=np.int64)
     gap_before[1:] = np.maximum(start[heads[1:]] - run_end[heads[1:] - 1], 0)
     offset = int(np.argmax(np.bincount(np.arange(hi - lo) % period, weights=gap_before[lo:hi], minlength=period)))
-    firsts = sel[heads[np.arange(lo + offset, hi, period)]]
+    starts = np.arange(lo + offset, hi, period)
+    if hi < heads.size and (hi - lo - offset) % period == 0:
+        # A repeating stretch followed by other work: its last period is whole, and ends where that work starts.
+        starts = np.append(starts, hi)
+    firsts = sel[heads[starts]]
     # Host-side windows: from the launch of each period's first launch to the next one's. Without a launch record,
     # the GPU start moved back by the median launch-to-start delay of the others (one clock for every boundary).
     launch = k["launch_row"][firsts]
