@@ -462,3 +462,20 @@ def test_cli_batch_bad_line_names_the_line(tmp_path, capsys, content, message):
 def test_cli_errors(args, message):
     with pytest.raises(UserError, match=message):
         _cli(args)
+
+
+@pytest.mark.parametrize("change", [{"warp_size": 2**31}, {"warp_size": 16}, {"max_threads_per_sm": 8}])
+def test_device_capacities_no_nvidia_sm_has_give_no_occupancy(change: dict[str, int]) -> None:
+    """A trace's deviceProperties are the trace writer's word: a warp of 2**31 threads, or fewer threads per SM than
+    one warp, is no SM the calculator knows, so it gives no number (before: a division by zero)."""
+    import dataclasses
+
+    dev = dataclasses.replace(H200, **change)
+    with pytest.raises(OccupancyInputError, match="no NVIDIA SM"):
+        arch_for_device(dev)
+    k = empty_table("kernels", 1)
+    for a in "xyz":
+        k[f"block_{a}"][:] = 128 if a == "x" else 1
+    k["registers_per_thread"][:] = 32
+    out = kernel_occupancy(k, dev)
+    assert np.isnan(out["theoretical_occupancy_pct"]).all() and (out["active_blocks_per_sm"] == -1).all()

@@ -138,7 +138,11 @@ def arch_for_device(device: DeviceInfo) -> ArchSpec:
         "smem_per_block_bytes": device.shared_memory_per_block_bytes,
         "smem_per_block_optin_bytes": device.shared_memory_per_block_optin_bytes,
     }
-    return dataclasses.replace(spec, **{k: v for k, v in over.items() if v is not None and v > 0})
+    out = dataclasses.replace(spec, **{k: v for k, v in over.items() if v is not None and v > 0})
+    if out.warp_size != 32 or out.max_warps_per_sm < 1:  # an NVIDIA SM schedules warps of 32, at least one
+        raise OccupancyInputError(f"device {device.id}: reported warp size {out.warp_size} and "
+                                  f"{out.max_threads_per_sm} threads per SM are no NVIDIA SM's")
+    return out
 
 
 @dataclass(frozen=True)
