@@ -234,3 +234,22 @@ def test_a_decode_loop_without_runtime_durations_has_no_work_inside_its_iteratio
     t = pq.read_table(d / "runtime.parquet")
     pq.write_table(t.drop(["dur_ns"]), d / "runtime.parquet")
     assert main(["analyze", str(d), "--quiet", "--json", str(tmp_path / "s.json")]) == 0
+
+
+def test_a_step_peak_that_was_not_read_is_left_out_of_the_peak(tmp_path: Path) -> None:
+    """``memory.per_step`` peaks may be null (collector.json allows it): the run's peak is of the steps that have
+    one (before: a TypeError comparing None with a number)."""
+    from dnnprof.analysis.run_metrics import summarize_memory
+
+    out = summarize_memory({"step": [0, 1, 2], "peak_allocated_bytes": [None, 7, 5],
+                            "peak_reserved_bytes": [9, None, None]}, {"weights": 3, "grads": None}, 100, range(3))
+    assert out["peak_allocated_bytes"] == 7 and out["peak_reserved_bytes"] == 9
+    assert out["breakdown"]["activations_other_bytes"] == 4
+    assert summarize_memory({"step": [0], "peak_allocated_bytes": [None]}, {"w": 1}, None, [0])[
+        "peak_allocated_bytes"] is None
+    d = _run_copy(tmp_path)
+    doc = json.loads((d / "collector.json").read_text())
+    per_step = doc["memory"]["per_step"]
+    per_step["peak_allocated_bytes"] = [None] * len(per_step["peak_allocated_bytes"])
+    (d / "collector.json").write_text(json.dumps(doc))
+    assert main(["analyze", str(d), "--quiet", "--json", str(tmp_path / "s.json")]) == 0

@@ -257,14 +257,16 @@ def summarize_memory(per_step: dict[str, list[int]], static: dict[str, int] | No
     reserved = [r for s, r in zip(steps, per_step.get("peak_reserved_bytes", []), strict=False) if s in wanted]
     out: dict[str, Any] = {
         "device_total_bytes": device_total_bytes,
-        "peak_allocated_bytes": max(alloc) if alloc else None,
-        "peak_reserved_bytes": max(reserved) if reserved else None,
+        # A step whose peak was not read is null in the list (collector.json allows it): the peak is of the others.
+        "peak_allocated_bytes": max((a for a in alloc if a is not None), default=None),
+        "peak_reserved_bytes": max((r for r in reserved if r is not None), default=None),
         "per_step": {"step": [s for s in steps if s in wanted], "peak_allocated_bytes": alloc,
                      "peak_reserved_bytes": reserved},
     }
     if static:
         out["breakdown"] = dict(static)
-        if alloc:
-            used = sum(static.values())
-            out["breakdown"]["activations_other_bytes"] = max(0, max(alloc) - used)
+        peak = out["peak_allocated_bytes"]
+        if peak is not None:
+            used = sum(v for v in static.values() if v is not None)
+            out["breakdown"]["activations_other_bytes"] = max(0, peak - used)
     return out
