@@ -34,6 +34,8 @@ from dnnprof.model.schema import API_KINDS
 
 GPU_TABLES = ("kernels", "memset", "memcpy")
 _BACKWARD_MARKS = ("CompiledFunctionBackward", "autograd::engine::evaluate_function")
+#: Distinct replayed kernel sequences looked for among the eager kernels (a bound on the work for odd traces).
+MAX_SEQUENCES = 64
 
 
 def apply_graph_replays(profile: Profile, doc: dict[str, Any]) -> dict[str, Any]:
@@ -196,8 +198,9 @@ def match_captured_replays(profile: Profile) -> dict[str, int]:
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         rows = target[a:b]
         sig = tuple(k["name_id"][rows].astype(np.int64).tolist())
-        if sig not in found:
-            found[sig] = _latest_run(e_names, e_group, np.asarray(sig, dtype=np.int64))
+        if sig not in found:  # each distinct sequence is looked for once, and at most MAX_SEQUENCES of them
+            found[sig] = _latest_run(e_names, e_group, np.asarray(sig, dtype=np.int64)) \
+                if len(found) < MAX_SEQUENCES else None
         info["replays"] += 1
         at = found[sig]
         if at is not None:
