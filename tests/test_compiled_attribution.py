@@ -102,3 +102,28 @@ def test_compiled_cnn_training_kernels_keep_their_own_modules(tmp_path: Path) ->
     assert block0, rec["kernels"]
     for k in block0:  # the gradient of block 0's first conv/bn/relu is block 0's own work
         assert not any(st and st[-1][0].startswith("layers.1") for st in k["module_stacks"]), k
+
+
+@pytest.mark.slow
+def test_a_compiled_function_around_an_eager_model_gets_no_module_ranges(tmp_path: Path) -> None:
+    """``torch.compile(fn)`` where ``fn`` calls a plain module, in a script with no iterations: the whole-run window
+    opens inside the compiled call, so it records no module ranges (they would be traced into the graph or, removed
+    later, force a recompile); an eager script's whole-run window has them (test_cli_run)."""
+    script = tmp_path / "infer_fn.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\n"
+        "model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).eval()\n"
+        "@torch.compile\ndef infer(x):\n    return model(x).softmax(-1)\n"
+        "with torch.inference_mode():\n    for i in range(6):\n        out = infer(torch.randn(8, 32))\n"
+        "print('done', tuple(out.shape))\n")
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, "-m", "dnnprof.cli.main", "run", "-q", "--out", str(out), "--",
+                        sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0 and "done (8, 4)" in r.stdout, r.stderr[-2000:]
+    (window,) = json.loads((out / "collector.json").read_text())["windows"]
+    assert window["kind"] == "whole_run" and window["module_ranges"] is False, window
+    rec = json.loads((out / "compiled_kernels.json").read_text())
+    if rec["status"] != "unavailable":
+        # the one break is dnnprof's first-forward hook (torch.compiler.disable), which then removes itself
+        assert rec["dynamo"]["graph_breaks"] <= 1 and rec["dynamo"]["recompiled_ids"] == [], rec["dynamo"]

@@ -478,14 +478,29 @@ def _compiled_module(module: Any) -> bool:
     return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
 
 
+_DYNAMO_DIR = os.sep + os.path.join("torch", "_dynamo") + os.sep
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _compiling(torch: Any) -> bool:
-    """Inside a frame Dynamo is tracing or running (a compiled function that calls the model)."""
+    """Inside a frame Dynamo is tracing or running (a compiled function that calls the model): Dynamo says so, or
+    one of the callers is Dynamo's own code (a compiled function's wrapper; this hook runs outside the traced frame,
+    where ``is_compiling()`` is False)."""
     compiler = getattr(torch, "compiler", None)
     try:
         if compiler is not None and compiler.is_compiling():
             return True
-        from torch._guards import TracingContext
-
-        return TracingContext.try_get() is not None
-    except Exception:  # noqa: BLE001 - an older torch without these: assume eager
+        frame = sys._getframe(1)
+        own = True  # the hook's own frames and the ``torch.compiler.disable`` wrapper around it come first
+        for _ in range(400):
+            if frame is None:
+                break
+            name = frame.f_code.co_filename
+            if own and not (_DYNAMO_DIR in name or name.startswith(_PACKAGE_DIR)):
+                own = False
+            elif not own and _DYNAMO_DIR in name:
+                return True
+            frame = frame.f_back
+    except Exception:  # noqa: BLE001 - an older torch or Python without these: assume eager
         return False
+    return False
