@@ -40,3 +40,22 @@ def test_a_whole_run_window_without_a_pattern_stays_one_step() -> None:
 def test_the_summary_counts_the_replays() -> None:
     s = summarize(_as_whole_run())
     assert s["steps"]["count"] >= 20 and s["steps"]["source"] == "pattern"
+
+
+def test_one_eager_iteration_is_not_cut_into_its_repeating_parts() -> None:
+    """A trace of one training step (a single-step profile, a whole-run window) repeats inside: the backward of
+    identical layers, a run of DDP bucket all-reduces. Only a stretch of graph replays stands for iterations, so
+    these give no steps (before: 4 "steps" of one layer's backward, 13 of one all-reduce each)."""
+    from dnnprof.analysis.steps import _pattern_windows
+    from dnnprof.model.schema import empty_table
+
+    data = Path(__file__).parent / "data"
+    for path, step in ((data / "rules" / "h100" / "amp_not_used.json.gz", 3),
+                       (data / "ddp_runs_h100_4gpu" / "backward_hook" / "rank0" / "trace" / "attribution.json.gz", 11)):
+        p = read_kineto(path)
+        k = p.tables["kernels"]
+        keep = k["step"] == step
+        assert keep.sum() > 20
+        p.tables["kernels"] = {c: v[keep] for c, v in k.items()}
+        p.tables["steps"] = empty_table("steps")
+        assert _pattern_windows(p, 0) is None, path

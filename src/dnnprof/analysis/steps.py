@@ -101,7 +101,7 @@ def _pattern_windows(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarra
     period = _period(seq)
     if period is None:
         launch_ns = np.add.reduceat(k["dur_ns"][sel].astype(np.float64), heads)
-        found = _periodic_stretch(seq, launch_ns)
+        found = _periodic_stretch(seq, launch_ns, count > 1)
         if found is None:
             return None
         period, lo, hi = found
@@ -137,9 +137,12 @@ def _pattern_windows(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarra
     return t0[:-1], t0[1:]
 
 
-def _periodic_stretch(seq: np.ndarray, launch_ns: np.ndarray) -> tuple[int, int, int] | None:
+def _periodic_stretch(seq: np.ndarray, launch_ns: np.ndarray, replay: np.ndarray) -> tuple[int, int, int] | None:
     """``(period, lo, hi)``: the longest run of launches ``seq[lo:hi]`` that repeats exactly with ``period``, at least
-    ``MIN_PATTERN_REPEATS`` times and holding ``MIN_STRETCH_TIME`` of the kernel time ``launch_ns``; else None."""
+    ``MIN_PATTERN_REPEATS`` times, holding ``MIN_STRETCH_TIME`` of the kernel time ``launch_ns``, and whose every
+    period holds a graph replay (``replay``: a launch of several kernels); else None. Without that last condition
+    one iteration of an eager trace would be cut into its repeating parts (the backward of identical layers, a run
+    of DDP bucket all-reduces)."""
     total = float(launch_ns.sum())
     if total <= 0:
         return None
@@ -163,6 +166,9 @@ def _periodic_stretch(seq: np.ndarray, launch_ns: np.ndarray) -> tuple[int, int,
         longest = int(np.argmax(run_hi - run_lo))
         lo, hi = int(run_lo[longest]), int(run_hi[longest]) + p
         if (hi - lo) // p < MIN_PATTERN_REPEATS or float(launch_ns[lo:hi].sum()) < MIN_STRETCH_TIME * total:
+            continue
+        whole = (hi - lo) // p * p
+        if not replay[lo:lo + whole].reshape(-1, p).any(axis=1).all():
             continue
         if best is None or hi - lo > best[2] - best[1]:
             best = (p, lo, hi)
