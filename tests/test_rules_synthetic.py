@@ -425,19 +425,20 @@ def test_unstable_steps_reads_the_gpu_cadence_when_the_host_runs_ahead() -> None
     """A host that queues work ahead of the GPU waits whenever the launch queue is full: its step times jump
     (2, 2, 2, 34 µs) while the GPU finishes an iteration every 10 µs. No unstable iteration; when the GPU's own
     cadence does vary, the finding is about that cadence (and says so), not about the host's waits."""
-    def loop(gpu_lengths: list[int]) -> dict[str, Any]:
+    def loop(gpu_lengths: list[int], busy: float = 1.0) -> dict[str, Any]:
         s = Synth()
         host = [0, 2_000, 4_000, 6_000, 40_000]
         t = 10_000
         for i in range(4):
             s.op(f"ProfilerStep#{i}", host[i], host[i + 1] - host[i], category="user_annotation")
-            s.kernel(BF16_GEMM, t, gpu_lengths[i], launch=host[i] + 5)
+            s.kernel(BF16_GEMM, t, int(gpu_lengths[i] * busy), launch=host[i] + 5)
             t += gpu_lengths[i]
         return run(s, list(itertools.pairwise(host)))
 
     assert "unstable-steps" not in loop([10_000] * 4)
+    assert "unstable-steps" not in loop([10_000] * 4, busy=0.5)  # 5 µs of work every 10 µs: as steady
     f = loop([10_000, 10_000, 30_000, 10_000])["unstable-steps"]
     assert f["evidence"]["measured_on"] == "gpu_cadence" and "GPU cadence" in f["title"]
-    gpu = [10, 10, 30, 10]
+    gpu = [10, 10, 30]  # start to start; the last step's work fits a usual period
     assert f["evidence"]["cv_pct"] == pytest.approx(100 * statistics.pstdev(gpu) / statistics.mean(gpu), abs=0.01)
     assert f["evidence"]["host_cv_pct"] > f["evidence"]["cv_pct"]

@@ -156,8 +156,8 @@ def unstable_steps(ctx: Context) -> Finding | None:
 
     Pattern: coefficient of variation of the host-side step durations above ``UNSTABLE_MAX_CV_PCT`` over at least
     ``UNSTABLE_MIN_STEPS`` steps, every one of them longer than 0 (a step of 0 µs or less is a broken boundary and
-    the rule stays quiet), and so is the GPU's cadence (start of one step's GPU work to the next one's; the last
-    step's own GPU span) when every step has GPU work: a host that runs ahead of the GPU waits whenever the launch
+    the rule stays quiet), and so is the GPU's cadence (start of one step's GPU work to the next one's, the last
+    step's own GPU work within a usual period) when every step has GPU work: a host that runs ahead of the GPU waits whenever the launch
     queue is full, so its step times jump while the GPU finishes an iteration every N µs; iterations are unstable
     only when both vary (a host stall the GPU waits for shows in both). When the host's CV is over twice the GPU's,
     the statistics are the GPU cadence's (the host's waits are the queue's, not the iterations').
@@ -179,14 +179,16 @@ def unstable_steps(ctx: Context) -> Finding | None:
     host_cv, measured_on = cv, "host"
     gpu_start = steps["gpu_start_ns"][sel].astype(np.float64)
     gpu_end = steps["gpu_end_ns"][sel].astype(np.float64)
-    # The GPU's pace: from each step's first GPU work to the next step's; the last step's own GPU span.
-    cadence = np.append(np.diff(gpu_start), gpu_end[-1] - gpu_start[-1])
+    # The GPU's pace: from each step's first GPU work to the next step's (the last step has no next one: it counts
+    # only as a check that its own GPU work fits a usual period, else the GPU's pace says nothing of it).
+    cadence = np.diff(gpu_start)
     gpu_cv = None
-    if (gpu_start >= 0).all() and (cadence > 0).all():
+    if (gpu_start >= 0).all() and cadence.size >= UNSTABLE_MIN_STEPS - 1 and (cadence > 0).all():
         gpu_cv = 100.0 * cadence.std() / cadence.mean()
-        if gpu_cv <= UNSTABLE_MAX_CV_PCT:
+        last_fits = gpu_end[-1] - gpu_start[-1] <= float(np.median(cadence)) * (1 + UNSTABLE_MAX_CV_PCT / 100)
+        if gpu_cv <= UNSTABLE_MAX_CV_PCT and last_fits:
             return None  # the host waits on a full launch queue now and then; the GPU's iterations are steady
-        if gpu_cv < 0.5 * cv:  # the host far noisier than the GPU: it runs ahead, and the GPU's pace is the steps'
+        if gpu_cv < 0.5 * cv and last_fits:  # the host far noisier: it runs ahead, the GPU's pace is the steps'
             d, cv, measured_on = cadence, gpu_cv, "gpu_cadence"
     med = float(np.median(d))
     slow = int(np.argmax(d))  # a cadence interval k runs from step k's GPU start to step k+1's: step k's
