@@ -253,3 +253,17 @@ def test_a_step_peak_that_was_not_read_is_left_out_of_the_peak(tmp_path: Path) -
     per_step["peak_allocated_bytes"] = [None] * len(per_step["peak_allocated_bytes"])
     (d / "collector.json").write_text(json.dumps(doc))
     assert main(["analyze", str(d), "--quiet", "--json", str(tmp_path / "s.json")]) == 0
+
+
+def test_a_memory_event_without_its_device_type_saves_and_loads(tmp_path: Path) -> None:
+    """The reader keeps -1 (unknown) in a code column when the trace does not say (a ``[memory]`` event without
+    "Device Type"); the saved profile loads again: -1 is no damage."""
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {}},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 12, "s": "t",
+         "args": {"Addr": 1, "Bytes": 512, "Total Allocated": 512, "Total Reserved": 2048}}]}))
+    p = read_kineto(src)
+    assert (p.tables["memory_events"]["device_type"] == -1).all() and p.tables["memory_events"]["device_type"].size
+    d = p.save(tmp_path / "p")
+    assert main(["analyze", str(d), "--quiet", "--json", str(tmp_path / "s.json")]) == 0

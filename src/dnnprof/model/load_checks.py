@@ -167,7 +167,7 @@ def link_problem(tables: dict[str, dict[str, np.ndarray]], strings: int, folder:
 
 def code_problem(tables: dict[str, dict[str, np.ndarray]], folder: Path) -> str | None:
     """The first code column (its schema text says ``index into NAMES``, NAMES a list of the schema) holding a
-    value that is not an index of that list, or None."""
+    value that is neither an index of that list nor -1 (unknown), or None."""
     from dnnprof.model import schema
 
     for name, t in tables.items():
@@ -180,8 +180,8 @@ def code_problem(tables: dict[str, dict[str, np.ndarray]], folder: Path) -> str 
             if not isinstance(names, tuple):
                 continue
             lo, hi = int(values.min()), int(values.max())
-            if lo < 0 or hi >= len(names):
+            if lo < -1 or hi >= len(names):  # -1: unknown (a memory event without its device type)
                 bad = hi if hi >= len(names) else lo
                 return (f"{folder / (name + '.parquet')}: {c.name} holds {bad}, which is none of the "
-                        f"{len(names)} codes it may hold (0 to {len(names) - 1})")
+                        f"{len(names)} codes it may hold (0 to {len(names) - 1}, or -1 for unknown)")
     return None
