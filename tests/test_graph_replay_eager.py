@@ -65,9 +65,11 @@ def test_the_replays_after_the_warm_up_are_the_steps() -> None:
 
 
 def test_latest_run_stays_in_one_stream_and_takes_the_last() -> None:
-    names = np.array([1, 2, 3, 9, 1, 2, 3, 1, 2])
-    group = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1])
-    assert _latest_run(names, group, np.array([1, 2, 3])).tolist() == [0, 1, 2]  # 4..6 crosses streams
-    assert _latest_run(names, group, np.array([1, 2])).tolist() == [7, 8]
-    assert _latest_run(names, group, np.array([2, 1])) is None
-    assert _latest_run(names, group, np.array([], dtype=np.int64)) is None
+    names = np.array([1, 2, 3, 9, 1, 2, 3, 1, 2, 3])
+    group = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1, 1])
+    start = np.array([0, 1, 2, 3, 4, 5, 6, 0, 1, 2])  # stream 1's run started before stream 0's second one
+    assert _latest_run(names, group, start, np.array([1, 2, 3])).tolist() == [0, 1, 2]  # 4..6 crosses streams
+    assert _latest_run(names, group, start * 0 + np.arange(10), np.array([1, 2, 3])).tolist() == [7, 8, 9]
+    assert _latest_run(names, group, start, np.array([2, 3, 1])) is None
+    assert _latest_run(names, group, start, np.array([1, 2])) is None  # too short to name an op
+    assert _latest_run(names, group, start, np.array([], dtype=np.int64)) is None

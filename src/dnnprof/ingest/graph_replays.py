@@ -36,6 +36,8 @@ GPU_TABLES = ("kernels", "memset", "memcpy")
 _BACKWARD_MARKS = ("CompiledFunctionBackward", "autograd::engine::evaluate_function")
 #: Distinct replayed kernel sequences looked for among the eager kernels (a bound on the work for odd traces).
 MAX_SEQUENCES = 64
+#: Fewest kernels a replay must run to be matched to an eager run of the same kernels.
+MIN_SEQUENCE = 3
 
 
 def apply_graph_replays(profile: Profile, doc: dict[str, Any]) -> dict[str, Any]:
@@ -172,9 +174,9 @@ def match_captured_replays(profile: Profile) -> dict[str, int]:
     """Replays of a graph captured by hand (``torch.cuda.graph``), whose kernels the same code also launched eagerly
     inside the trace (the warm-up a capture needs, an eager prefill of the same layers): each replayed kernel takes
     the launching op of the eager kernel at the same place of the same sequence, so its layer, phase, op and source
-    line are the ones it was captured from. A replay's kernel names in start order must occur as one unbroken run
-    among the other kernels of one stream (the latest run, nearest the capture); a replay with no such run keeps
-    no op. Counts are kept in ``profile.meta["graph_replays_eager"]`` when any replay was looked at."""
+    line are the ones it was captured from. A replay's kernel names in start order (at least ``MIN_SEQUENCE``) must
+    occur as one unbroken run among the other kernels of one stream (the run that starts latest); a replay with no
+    such run keeps no op. Counts are kept in ``profile.meta["graph_replays_eager"]`` when any replay was looked at."""
     info = {"replays": 0, "matched": 0, "kernels": 0}
     rt = profile.tables["runtime"]
     k = profile.tables["kernels"]
@@ -191,6 +193,7 @@ def match_captured_replays(profile: Profile) -> dict[str, int]:
     eager = eager[np.lexsort((k["start_ns"][eager], k["stream"][eager], k["rank"][eager]))]
     e_names = k["name_id"][eager].astype(np.int64)
     e_group = (k["rank"][eager].astype(np.int64) << 32) | (k["stream"][eager].astype(np.int64) & 0xFFFFFFFF)
+    e_start = k["start_ns"][eager]
     target = target[np.lexsort((k["start_ns"][target], keys[target]))]
     bounds = np.flatnonzero(np.r_[True, keys[target][1:] != keys[target][:-1], True])
     found: dict[tuple[int, ...], np.ndarray | None] = {}
@@ -199,7 +202,7 @@ def match_captured_replays(profile: Profile) -> dict[str, int]:
         rows = target[a:b]
         sig = tuple(k["name_id"][rows].astype(np.int64).tolist())
         if sig not in found:  # each distinct sequence is looked for once, and at most MAX_SEQUENCES of them
-            found[sig] = _latest_run(e_names, e_group, np.asarray(sig, dtype=np.int64)) \
+            found[sig] = _latest_run(e_names, e_group, e_start, np.asarray(sig, dtype=np.int64)) \
                 if len(found) < MAX_SEQUENCES else None
         info["replays"] += 1
         at = found[sig]
@@ -211,13 +214,19 @@ def match_captured_replays(profile: Profile) -> dict[str, int]:
     return info
 
 
-def _latest_run(names: np.ndarray, group: np.ndarray, sig: np.ndarray) -> np.ndarray | None:
-    """Positions of the last unbroken run of ``sig`` in ``names`` that stays within one ``group``, or None."""
+def _latest_run(names: np.ndarray, group: np.ndarray, start: np.ndarray, sig: np.ndarray) -> np.ndarray | None:
+    """Positions of the unbroken run of ``sig`` in ``names`` (within one ``group``) that starts latest in ``start``,
+    or None. Sequences shorter than ``MIN_SEQUENCE`` are not looked for: a lone fill kernel names no op."""
     n = sig.size
-    if n == 0 or names.size < n:
+    if n < MIN_SEQUENCE or names.size < n:
         return None
-    starts = np.flatnonzero(names[: names.size - n + 1] == sig[0])
-    for s in starts[::-1].tolist():
-        if group[s] == group[s + n - 1] and np.array_equal(names[s:s + n], sig):
-            return np.arange(s, s + n)
-    return None
+    cand = np.flatnonzero(names[: names.size - n + 1] == sig[0])
+    cand = cand[(names[cand + n - 1] == sig[-1]) & (group[cand] == group[cand + n - 1])]
+    for j in range(1, n - 1):  # narrowed one position at a time, all candidates at once
+        if cand.size == 0:
+            return None
+        cand = cand[names[cand + j] == sig[j]]
+    if cand.size == 0:
+        return None
+    s = int(cand[np.argmax(start[cand])])
+    return np.arange(s, s + n)
