@@ -157,7 +157,7 @@ def unstable_steps(ctx: Context) -> Finding | None:
     Pattern: coefficient of variation of the host-side step durations above ``UNSTABLE_MAX_CV_PCT`` over at least
     ``UNSTABLE_MIN_STEPS`` steps, every one of them longer than 0 (a step of 0 µs or less is a broken boundary and
     the rule stays quiet), and so is the GPU's cadence (start of one step's GPU work to the next one's, the last
-    step's own GPU work within a usual period) when every step has GPU work: a host that runs ahead of the GPU waits whenever the launch
+    step's GPU busy time within a usual period) when every step has GPU work: a host that runs ahead of the GPU waits whenever the launch
     queue is full, so its step times jump while the GPU finishes an iteration every N µs; iterations are unstable
     only when both vary (a host stall the GPU waits for shows in both). When the host's CV is over twice the GPU's,
     the statistics are the GPU cadence's (the host's waits are the queue's, not the iterations').
@@ -185,7 +185,9 @@ def unstable_steps(ctx: Context) -> Finding | None:
     gpu_cv = None
     if (gpu_start >= 0).all() and cadence.size >= UNSTABLE_MIN_STEPS - 1 and (cadence > 0).all():
         gpu_cv = 100.0 * cadence.std() / cadence.mean()
-        last_fits = gpu_end[-1] - gpu_start[-1] <= float(np.median(cadence)) * (1 + UNSTABLE_MAX_CV_PCT / 100)
+        last = next((x for x in ctx.util.steps if x.number == int(steps["number"][sel][-1])), None)
+        last_work = last.busy_ns if last is not None else gpu_end[-1] - gpu_start[-1]  # its kernels' busy time
+        last_fits = last_work <= float(np.median(cadence)) * (1 + UNSTABLE_MAX_CV_PCT / 100)
         if gpu_cv <= UNSTABLE_MAX_CV_PCT and last_fits:
             return None  # the host waits on a full launch queue now and then; the GPU's iterations are steady
         if gpu_cv < 0.5 * cv and last_fits:  # the host far noisier: it runs ahead, the GPU's pace is the steps'
