@@ -146,3 +146,45 @@ def test_graph_break_finding_needs_a_cost(tmp_path: Path, monkeypatch: pytest.Mo
     assert list(f.evidence["graph_break_reasons"]) == ["Call to `torch._dynamo.graph_break()`"]
     assert 0 < f.evidence["pct_of_step"] < 1.0
     assert f.top and f.top[0]["name"].startswith("Torch-Compiled Region")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Profile, dict[str, Any]]]:
+    """The models people run: Hugging Face GPT-2 124M trained and torchvision ResNet-50 served, both under
+    ``torch.compile(mode="reduce-overhead")`` (CUDA-graph replays), recorded on an H100."""
+    out = {}
+    for name in ("gpt2_ro_train", "resnet50_ro_infer"):
+        run = tmp_path_factory.mktemp(name) / "run"
+        shutil.copytree(RUNS / name, run)
+        profile, _ = assemble(run, load_collector(run))
+        out[name] = (profile, gpu_shares(profile))
+    return out
+
+
+def test_hugging_face_gpt2_training_replays_on_its_modules(models: dict) -> None:
+    profile, s = models["gpt2_ro_train"]
+    assert s["steps"] == [6, 7, 8, 9]
+    assert s["module_pct"] > 92.5 and s["model_module_pct"] > 96.5  # AdamW and the script's loss are outside
+    p = s["phase_pct"]
+    assert 30 < p["forward"] < 34 and 61 < p["backward"] < 66 and 4 < p["optimizer"] < 5
+    assert profile.meta["compiled"]["graph_replays"]["unmatched"] == 0
+    lay = s["layers_pct"]
+    assert 13 < lay["lm_head (Linear)"] < 15.5
+    assert all(lay.get(f"transformer.h.{b}.mlp.c_fc (Conv1D)", 0) > 1.0 for b in range(12))
+    assert lay["GPT2LMHeadModel"] < 9  # the root: work no submodule alone holds
+
+
+def test_torchvision_resnet50_serving_replays_on_its_blocks(models: dict) -> None:
+    profile, s = models["resnet50_ro_infer"]
+    assert s["steps"] == [5, 6, 7, 8, 9]
+    assert s["module_pct"] > 99.4 and s["phase_pct"]["forward"] == pytest.approx(100.0)
+    r = profile.meta["compiled"]["graph_replays"]
+    assert r["replays"] == 2 and r["unmatched"] == 0
+    lay = s["layers_pct"]
+    assert lay["conv1 (Conv2d)"] > 7 and lay["ResNet"] < 7
+    def block(name: str) -> float:  # the block's own fused kernels and its convolutions'
+        return sum(v for k, v in lay.items() if k.startswith((f"{name} ", f"{name}.")))
+
+    for stage, blocks in (("layer1", 3), ("layer2", 4), ("layer3", 6), ("layer4", 3)):
+        assert all(block(f"{stage}.{b}") > 2.0 for b in range(blocks)), stage
+        assert all(lay.get(f"{stage}.{b}.conv2 (Conv2d)", 0) > 0.9 for b in range(blocks)), stage
