@@ -109,6 +109,10 @@ RUN_DAMAGE: dict[str, tuple[str, Callable[[dict], object], str]] = {
         {k: v for k, v in w.items() if k != "last_step"} for w in doc["windows"]]}, "has no first_step and last_step"),
     "a samples file outside the run": ("collector.json", lambda doc: {**doc, "samples_file": "../../etc/passwd"},
                                        "samples_file is '../../etc/passwd', not a file name or null"),
+    "a samples file name longer than a file system takes": ("collector.json", lambda doc: {
+        **doc, "samples_file": "[" * 5000 + ".json"}, "samples_file is '[[[["),
+    "a trace path longer than a file system takes": ("collector.json", lambda doc: {**doc, "windows": [
+        {**w, "trace": "trace/" + "x" * 300 + ".json.gz"} for w in doc["windows"]]}, "trace is 'trace/xxx"),
     "memory peaks as objects": ("collector.json", lambda doc: {**doc, "memory": {
         **doc["memory"], "per_step": {**doc["memory"]["per_step"], "peak_allocated_bytes": [{}]}}},
         "memory.per_step.peak_allocated_bytes"),

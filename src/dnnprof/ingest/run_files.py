@@ -79,14 +79,23 @@ def _what(ok: Callable[[Any], bool]) -> str:
 
 def _plain_name(v: Any) -> bool:
     """A file name inside the run directory (no folder parts: a garbled name must not read outside it)."""
-    return isinstance(v, str) and v not in ("", ".", "..") and "/" not in v and "\\" not in v and "\0" not in v
+    return (isinstance(v, str) and v not in ("", ".", "..") and "/" not in v and "\\" not in v and "\0" not in v
+            and _name_fits(v))
+
+
+#: Longest file name a file system takes (bytes); a longer one is no file of the run, and asking for it is an OSError.
+NAME_MAX = 255
+
+
+def _name_fits(name: str) -> bool:
+    return len(name.encode("utf-8", "surrogatepass")) <= NAME_MAX
 
 
 def _rel_path(v: Any) -> bool:
     """A relative path inside the run directory (``trace/timing.json.gz``)."""
     if not isinstance(v, str) or not v or "\0" in v or v.startswith(("/", "\\")):
         return False
-    return ".." not in Path(v).parts
+    return ".." not in Path(v).parts and all(_name_fits(part) for part in Path(v).parts)
 
 
 _WHAT: dict[Callable[[Any], bool], str] = {_int: "an integer", _num: "a number", _sample: "a number", _str: "text", _dict: "an object", _plain_name: "a file name",
