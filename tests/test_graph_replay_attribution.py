@@ -44,15 +44,21 @@ def gpu_shares(profile: Profile) -> dict[str, Any]:
             "layers_pct": layers, "steps": profile.tables["steps"]["number"].tolist()}
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Profile, dict[str, Any]]]:
+def _assembled(tmp_path_factory: pytest.TempPathFactory,
+               names: tuple[str, ...]) -> dict[str, tuple[Profile, dict[str, Any]]]:
+    """Each recorded run of ``compiled_h100`` assembled from a copy, with its shares."""
     out = {}
-    for name in ("gpt_compile_infer", "gpt_ro_infer", "gpt_ro_train"):
+    for name in names:
         run = tmp_path_factory.mktemp(name) / "run"
         shutil.copytree(RUNS / name, run)
         profile, _ = assemble(run, load_collector(run))
         out[name] = (profile, gpu_shares(profile))
     return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Profile, dict[str, Any]]]:
+    return _assembled(tmp_path_factory, ("gpt_compile_infer", "gpt_ro_infer", "gpt_ro_train"))
 
 
 def test_reduce_overhead_inference_replays_on_module_layers(runs: dict) -> None:
@@ -152,13 +158,7 @@ def test_graph_break_finding_needs_a_cost(tmp_path: Path, monkeypatch: pytest.Mo
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Profile, dict[str, Any]]]:
     """The models people run: Hugging Face GPT-2 124M trained and torchvision ResNet-50 served, both under
     ``torch.compile(mode="reduce-overhead")`` (CUDA-graph replays), recorded on an H100."""
-    out = {}
-    for name in ("gpt2_ro_train", "resnet50_ro_infer"):
-        run = tmp_path_factory.mktemp(name) / "run"
-        shutil.copytree(RUNS / name, run)
-        profile, _ = assemble(run, load_collector(run))
-        out[name] = (profile, gpu_shares(profile))
-    return out
+    return _assembled(tmp_path_factory, ("gpt2_ro_train", "resnet50_ro_infer"))
 
 
 def test_hugging_face_gpt2_training_replays_on_its_modules(models: dict) -> None:
