@@ -94,3 +94,18 @@ def test_gpu_events_without_launch_placed_by_gpu_time() -> None:
             assert int(t["step"][r]) == expect
             outside += expect == -1
     assert (n, outside) == (872, 4)
+
+
+def test_step_positions_match_a_lookup_in_file_order() -> None:
+    """The search that places GPU rows in steps gives what a dict from step number to position gives, repeated
+    and missing numbers included."""
+    from dnnprof.model.steps import _positions
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        nums = rng.integers(-3, 12, size=int(rng.integers(0, 9))).astype(np.int32)
+        values = rng.integers(-5, 15, size=40).astype(np.int32)
+        lookup = {int(v): i for i, v in enumerate(nums.tolist())}
+        by_num = np.argsort(nums, kind="stable")
+        got = _positions(values, nums[by_num], by_num)
+        assert got.tolist() == [lookup.get(int(v), -1) for v in values.tolist()]

@@ -74,6 +74,15 @@ def assign_steps(
     profile.tables["steps"] = {c: np.concatenate([old[c][keep], steps[c]]) for c in steps}
 
 
+def _positions(values: np.ndarray, sorted_nums: np.ndarray, by_num: np.ndarray) -> np.ndarray:
+    """Position in the step numbers of each value (the last, where a number repeats); -1 for none."""
+    if sorted_nums.size == 0:
+        return np.full(values.size, -1, dtype=np.int64)
+    at = np.searchsorted(sorted_nums, values, side="right") - 1
+    safe = np.maximum(at, 0)
+    return np.where((at >= 0) & (sorted_nums[safe] == values), by_num[safe], -1).astype(np.int64)
+
+
 def _gpu_windows(profile: Profile, rank: int, starts: np.ndarray, ends: np.ndarray,
                  nums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Set the ``step`` of the rank's GPU rows; return each step's GPU window (``-1, -1`` for none), in step
@@ -102,7 +111,10 @@ def _gpu_windows(profile: Profile, rank: int, starts: np.ndarray, ends: np.ndarr
     n = starts.size
     first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     last = np.full(n, -1, dtype=np.int64)
-    pos_of = {int(v): i for i, v in enumerate(nums.tolist())}
+    # Step number → position in ``nums`` (the last position where a number repeats, as a dict built in order
+    # would say), by a search in the numbers' stable order rather than a lookup per row.
+    by_num = np.argsort(nums, kind="stable")
+    sorted_nums = nums[by_num]
     for table in _GPU_TABLES:
         t = profile.tables[table]
         r = rows[table][launched[table]]
@@ -110,7 +122,7 @@ def _gpu_windows(profile: Profile, rank: int, starts: np.ndarray, ends: np.ndarr
         ok = step >= 0
         if not ok.any():
             continue
-        pos = np.array([pos_of.get(int(s), -1) for s in step[ok].tolist()], dtype=np.int64)
+        pos = _positions(step[ok], sorted_nums, by_num)
         s = t["start_ns"][r][ok]
         e = s + t["dur_ns"][r][ok]
         good = pos >= 0
