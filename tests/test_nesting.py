@@ -127,6 +127,21 @@ def test_random_tables_on_many_threads_match_the_stack_walk(seed: int) -> None:
     _check(_table(tid, start, dur), [queries])
 
 
+@pytest.mark.parametrize("block", [1, 7, 400])
+def test_innermost_op_looked_up_a_block_of_times_at_a_time(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Times are looked up in blocks (memory bounded by the block, not by the table): any block size gives the
+    stack walk's answer."""
+    from dnnprof.ingest import nesting
+
+    monkeypatch.setattr(nesting, "_QUERY_ROWS", block)
+    rng = np.random.default_rng(block)
+    n = 600
+    start, dur = rng.integers(0, 5000, n), rng.integers(0, 3000, n)
+    tid = rng.integers(0, 4, n)
+    queries = rng.integers(0, 6, 401), rng.integers(-10, 9000, 401)
+    _check(_table(tid, start, dur), [queries])
+
+
 def test_the_stack_walk_fallback_on_some_threads_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """A thread of overlapping, unnested ranges (the rounds do not settle) next to threads that nest plainly."""
     from dnnprof.ingest import nesting

@@ -206,14 +206,27 @@ def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarr
     order = np.argsort(ops["tid"], kind="stable")  # ops by thread, by start within one
     op_tid = ops["tid"][order]
     threads = distinct(op_tid)
-    at = np.minimum(np.searchsorted(threads, tid), threads.size - 1)
-    q = np.flatnonzero(threads[at] == tid)  # times on a thread that has ops
-    if q.size == 0:
-        return out
     ranks = distinct(starts)
     width = 2 * ranks.size + 1
     # a start's key is even, a time's odd and just above the starts at or before it: "last start <= t" is one search
     op_key = np.searchsorted(threads, op_tid).astype(np.int64) * width + 2 * np.searchsorted(ranks, starts[order])
+    for lo in range(0, t.size, _QUERY_ROWS):  # the times a block at a time: temporaries of a block, not of t
+        hi = lo + _QUERY_ROWS
+        out[lo:hi] = _innermost(tid[lo:hi], t[lo:hi], threads, ranks, width, op_key, order, ends, parent)
+    return out
+
+
+#: Times looked up at once by :func:`innermost_enclosing` (a dozen temporaries of this many rows).
+_QUERY_ROWS = 1 << 20
+
+
+def _innermost(tid: np.ndarray, t: np.ndarray, threads: np.ndarray, ranks: np.ndarray, width: int,
+               op_key: np.ndarray, order: np.ndarray, ends: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    out = np.full(t.shape, -1, dtype=np.int32)
+    at = np.minimum(np.searchsorted(threads, tid), threads.size - 1)
+    q = np.flatnonzero(threads[at] == tid)  # times on a thread that has ops
+    if q.size == 0:
+        return out
     g = at[q].astype(np.int64)
     t_key = g * width + 2 * np.searchsorted(ranks, t[q], side="right") - 1
     i = np.searchsorted(op_key, t_key, side="right") - 1
