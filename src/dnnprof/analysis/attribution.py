@@ -209,10 +209,16 @@ def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own
     roots, which = np.unique(root[idx], return_inverse=True)
     cuts = start[roots].astype(np.int64)
     if bwd.size:
+        # Backward ops by (rank, start): those that began inside a range are one slice, found by binary search.
+        b = bwd[np.lexsort((start[bwd], rank[bwd]))]
+        b_rank, b_start, b_end = rank[b], start[b], end[b]
         for k, r in enumerate(roots.tolist()):  # one per optimizer call in the trace
-            hit = bwd[(start[bwd] >= start[r]) & (start[bwd] < end[r]) & (rank[bwd] == rank[r])]
-            if hit.size:
-                cuts[k] = max(cuts[k], int(end[hit].max()))
+            lo_r, hi_r = np.searchsorted(b_rank, rank[r], side="left"), np.searchsorted(b_rank, rank[r], side="right")
+            mine = b_start[lo_r:hi_r]
+            lo = lo_r + int(np.searchsorted(mine, start[r], side="left"))
+            hi = lo_r + int(np.searchsorted(mine, end[r], side="left"))
+            if hi > lo:
+                cuts[k] = max(cuts[k], int(b_end[lo:hi].max()))
     cut_of = np.zeros(own.size, dtype=np.int64)
     cut_of[idx] = cuts[which]
     closure[roots[cuts > start[roots]]] = True

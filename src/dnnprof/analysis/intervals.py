@@ -55,8 +55,14 @@ def covered_per_window(merged_s: np.ndarray, merged_e: np.ndarray, lo: np.ndarra
 
 
 def gaps(merged_s: np.ndarray, merged_e: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """Uncovered sub-intervals of [lo, hi) between merged intervals."""
-    s, e = clip(merged_s, merged_e, lo, hi)
+    """Uncovered sub-intervals of [lo, hi) between merged intervals.
+
+    Only the merged intervals that can meet the window are looked at (found by binary search: merged intervals
+    are sorted and disjoint, so their ends are sorted too), so a call per step costs the step, not the trace.
+    """
+    first = int(np.searchsorted(merged_e, lo, side="right"))  # the first that ends after lo
+    stop = int(np.searchsorted(merged_s, hi, side="left"))  # past the last that starts before hi
+    s, e = clip(merged_s[first:max(first, stop)], merged_e[first:max(first, stop)], lo, hi)
     gs = np.concatenate([[lo], e])
     ge = np.concatenate([s, [hi]])
     keep = ge > gs

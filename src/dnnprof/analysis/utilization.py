@@ -173,12 +173,14 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
     cov_all = covered_per_window(*ms_all, lo, hi)
     cov_rest = covered_per_window(*ms_rest, lo, hi)
     sync_s, sync_e = _sync_calls(profile, rank)
+    order = np.argsort(sync_s, kind="stable")  # once, not per step
+    sync_s, sync_latest_end = sync_s[order], np.maximum.accumulate(sync_e[order])
     dl = merge(*_dataloader_ranges(profile, rank))
 
     out = []
     for i in range(lo.size):
         gs, ge = gaps(*ms_all, int(lo[i]), int(hi[i]))
-        causes = _classify_gaps(gs, ge, all_s, all_launch, sync_s, sync_e, dl)
+        causes = _classify_gaps(gs, ge, all_s, all_launch, sync_s, sync_latest_end, dl)
         out.append(StepTime(
             number=int(numbers[i]), host_ns=int(host[i]), window_ns=int(window[i]), kernel_ns=int(cov_k[i]),
             memcpy_ns=int(cov_km[i] - cov_k[i]), memset_ns=int(cov_all[i] - cov_km[i]),
@@ -205,8 +207,7 @@ def _sync_calls(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:
     # A blocking memcpy (pageable host memory, or cudaMemcpy without Async) synchronises too.
     mc = np.flatnonzero((rt["rank"] == rank) & (rt["api_kind"] == API_KINDS.index("memcpy")))
     if mc.size:
-        names = profile.names(rt["name_id"][mc]).astype(str)
-        blocking = ~np.char.endswith(names, "Async")
+        blocking = ~profile.names_where(rt["name_id"][mc], lambda s: s.endswith("Async"))
         memcpy = profile.tables["memcpy"]
         # this rank's copies only: in a profile of several ranks, another rank's copy does not block this one
         pageable = memcpy["launch_row"][(memcpy["rank"] == rank) & ((memcpy["src_mem"] == 2) | (memcpy["dst_mem"] == 2))]
@@ -225,14 +226,16 @@ def _dataloader_ranges(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndar
     sel = np.flatnonzero((ops["rank"] == rank) & (ops["category"] == OP_CATEGORIES.index("user_annotation")))
     if sel.size == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    names = profile.names(ops["name_id"][sel]).astype(str)
-    dl = sel[np.char.startswith(names, "enumerate(DataLoader)#")]
+    dl = sel[profile.names_where(ops["name_id"][sel], lambda s: s.startswith("enumerate(DataLoader)#"))]
     s = ops["start_ns"][dl]
     return s, s + ops["dur_ns"][dl]
 
 
 def _classify_gaps(gs: np.ndarray, ge: np.ndarray, act_s: np.ndarray, act_launch: np.ndarray,
-                   sync_s: np.ndarray, sync_e: np.ndarray, dl: tuple[np.ndarray, np.ndarray]) -> dict[str, int]:
+                   sync_s: np.ndarray, sync_latest_end: np.ndarray,
+                   dl: tuple[np.ndarray, np.ndarray]) -> dict[str, int]:
+    """Idle time of the gaps [gs, ge) by cause. ``sync_s``: the sync calls' starts, sorted; ``sync_latest_end``:
+    the latest end among the calls up to each one."""
     out = dict.fromkeys(IDLE_CAUSES, 0)
     if gs.size == 0:
         return out
@@ -249,10 +252,8 @@ def _classify_gaps(gs: np.ndarray, ge: np.ndarray, act_s: np.ndarray, act_launch
     if sync_s.size:
         # A sync call that spans the moment the GPU ran dry (it returned because the GPU drained):
         # some call started before gs + tol and ended after gs - tol.
-        order = np.argsort(sync_s, kind="stable")
-        ss, latest_end = sync_s[order], np.maximum.accumulate(sync_e[order])
-        j = np.searchsorted(ss, gs + SYNC_TOLERANCE_NS, side="right") - 1
-        synced = (j >= 0) & (latest_end[np.clip(j, 0, None)] >= gs - SYNC_TOLERANCE_NS)
+        j = np.searchsorted(sync_s, gs + SYNC_TOLERANCE_NS, side="right") - 1
+        synced = (j >= 0) & (sync_latest_end[np.clip(j, 0, None)] >= gs - SYNC_TOLERANCE_NS)
     out["sync"] = int(rest[synced].sum())
     out["host_launch"] = int(rest[~synced & host_launch].sum())
     out["other"] = int(rest[~synced & ~host_launch].sum())
