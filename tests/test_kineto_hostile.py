@@ -197,3 +197,30 @@ def test_mutated_traces_read_the_same_whatever_the_chunk_size(tmp_path: Path, pa
     for chunk in (997, 8192, 65536):
         assert_same_profile(kineto._read_profile(target, None, chunk_bytes=chunk), reference)
     assert not np.any(reference.tables["ops"]["dur_ns"] < 0)
+
+
+def test_a_name_of_megabytes_costs_its_size_not_its_size_per_row(tmp_path: Path) -> None:
+    """String tests on name columns (the optimizer and data-loader annotations, blocking copies, allocation calls)
+    look at each distinct name once: a fixed-width copy of the column would take the longest name's size per row
+    (10 MB × every annotation: hundreds of MB, the fuzzer's worker ran out of memory on such a trace)."""
+    import tracemalloc
+
+    from dnnprof.runs.report import report
+
+    doc = json.loads(gzip.decompress(DEEPSPEECH.read_bytes()))
+    notes = _events(doc, "user_annotation")
+    first = notes[0]
+    doc["traceEvents"] += [{**first, "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                            "ts": first["ts"] + 10 * i, "dur": 1.0} for i in range(100)]
+    first["name"] = "enumerate(DataLoader)#" + "x" * 10_000_000
+    path = tmp_path / "long_name.json"
+    path.write_text(json.dumps(doc))
+    profile = kineto.read_kineto(path)
+    tracemalloc.start()
+    try:
+        _, summary = report(profile)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert summary["kernels"]
+    assert peak < 250e6, f"{peak / 1e6:.0f} MB traced while analysing a trace with one 10 MB name"

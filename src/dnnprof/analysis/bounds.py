@@ -368,7 +368,8 @@ def aggregate_bounds(bounds: KernelBounds, keys: Sequence[str] | np.ndarray,
         raise ValueError(f"{len(keys_arr)} keys for {len(bounds)} launches")
     if not len(bounds):
         return []
-    uniq, inv = np.unique(keys_arr.astype(str), return_inverse=True)
+    # as Python strings: a fixed-width copy is as wide as the longest key in every row
+    uniq, inv = np.unique(np.array([str(x) for x in keys_arr.tolist()], dtype=object), return_inverse=True)
     w = np.nan_to_num(np.asarray(bounds.duration_ns if weights_ns is None else weights_ns, dtype=np.float64))
     g = len(uniq)
 

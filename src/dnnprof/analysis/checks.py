@@ -264,7 +264,7 @@ def busy_vs_nvml(a: Analysis) -> Check:
         lo, hi = (span if span else (0, -1))
     else:
         lo, hi = int(st["gpu_start_ns"][wsel].min()), int(st["gpu_end_ns"][wsel].max())
-    names = a.profile.names(s["metric_id"]).astype(str)
+    names = a.profile.names(s["metric_id"])
     mine = (s["rank"] == a.rank) & (s["device"] == u.device)
     act_s, act_e = _activity(a)
 

@@ -66,8 +66,7 @@ def _optimizer_windows(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndar
     sel = np.flatnonzero((ops["rank"] == rank) & (ops["category"] == OP_CATEGORIES.index("user_annotation")))
     if sel.size == 0:
         return None
-    names = profile.names(ops["name_id"][sel]).astype(str)
-    opt = sel[np.char.startswith(names, "Optimizer.step#")]
+    opt = sel[profile.names_where(ops["name_id"][sel], lambda s: s.startswith("Optimizer.step#"))]
     if opt.size < 2:
         return None
     ends = np.sort(ops["start_ns"][opt] + ops["dur_ns"][opt])

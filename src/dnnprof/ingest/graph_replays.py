@@ -77,7 +77,7 @@ def apply_graph_replays(profile: Profile, doc: dict[str, Any]) -> dict[str, Any]
         backward = backward_launch.get(int(keys[a]), False)
         sig = (backward, *name_id[a:b].tolist())
         if sig not in cache:
-            names = profile.names(name_id[a:b]).astype(str).tolist()
+            names = profile.names(name_id[a:b]).tolist()
             labels, kinds = _align(names, kernels, graphs, order, generated, backward, root)
             cache[sig] = ([profile.intern(x) if x else -1 for x in labels], kinds)
         ids, kinds = cache[sig]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,22 @@ class Profile:
         lut = np.asarray([*self.strings, ""], dtype=object)
         ids = np.asarray(ids)
         return lut[np.where(ids < 0, len(self.strings), ids)]
+
+    def names_where(self, ids: np.ndarray, test: Callable[[str], object]) -> np.ndarray:
+        """``test(name)`` of each id's name ("" for -1) as a bool column, called once per distinct id.
+
+        For string tests on name columns: a fixed-width copy of the names (``astype(str)`` and ``np.char``) is
+        as wide as the longest name in every row, which one name of megabytes makes gigabytes.
+        """
+        n = len(self.strings)
+        ids = np.asarray(ids)
+        safe = np.where((ids >= 0) & (ids < n), ids, n)  # n: no name
+        present = np.zeros(n + 1, dtype=bool)
+        present[safe] = True
+        hit = np.zeros(n + 1, dtype=bool)
+        for i in np.flatnonzero(present).tolist():
+            hit[i] = bool(test(self.strings[i] if i < n else ""))
+        return hit[safe]
 
     def string_id(self, s: str) -> int:
         """Id of ``s`` or -1 when the profile never mentions it."""

@@ -152,10 +152,10 @@ def write_cache(analysis: Any, doc: dict[str, Any], source: Path, kind: str, tmp
     # like kernels.parquet, in row groups small enough that one step's window reads a few of them.
     cols = {c: pa.array(k[c]) for c in ("rank", "stream", "start_ns", "dur_ns", "name_id", "correlation",
                                          "est_occupancy_pct")}
-    cols["layer"] = pa.array(attr.layer.astype(str), pa.string()).dictionary_encode()
-    cols["phase"] = pa.array(np.asarray(PHASES, dtype=object)[attr.phase].astype(str),
-                             pa.string()).dictionary_encode()
-    cols["op"] = pa.array(attr.op_name.astype(str), pa.string()).dictionary_encode()
+    # from the object arrays of str as they are: a fixed-width copy would be as wide as the longest name everywhere
+    cols["layer"] = pa.array(attr.layer, pa.string()).dictionary_encode()
+    cols["phase"] = pa.array(np.asarray(PHASES, dtype=object)[attr.phase], pa.string()).dictionary_encode()
+    cols["op"] = pa.array(attr.op_name, pa.string()).dictionary_encode()
     pq.write_table(pa.table(cols), tmp / "kattr.parquet", row_group_size=65536, compression="zstd")
     _aggregate(written, tmp)
     per_rank = {}

@@ -42,15 +42,13 @@ def compile_graph_breaks(ctx: Context) -> Finding | None:
     if not breaks and not recompiled:
         return None
     ops = ctx.profile.tables["ops"]
-    names = ctx.op_names.astype(str)
-    n = names.size
+    ids = ops["name_id"]
+    n = ids.size
     if n == 0:
         return None
     rows = np.arange(n, dtype=np.int64)
-    region = np.char.startswith(names, _REGION) & (ops["rank"] == ctx.rank)
-    call = np.zeros(n, dtype=bool)
-    for m in _GRAPH_CALLS:
-        call |= np.char.find(names, m) >= 0
+    region = ctx.profile.names_where(ids, lambda s: s.startswith(_REGION)) & (ops["rank"] == ctx.rank)
+    call = ctx.profile.names_where(ids, lambda s: any(m in s for m in _GRAPH_CALLS))
     parent = ops["parent_row"].astype(np.int64)
     # Each op's nearest enclosing region or graph call: eager work is an op whose nearest one is a region.
     owner = inherit(np.where(region | call, rows, -1), np.where(parent >= 0, parent, -1))
@@ -88,7 +86,7 @@ def compile_graph_breaks(ctx: Context) -> Finding | None:
         return None
     by: dict[str, int] = {}
     for r, w in zip(tops.tolist(), weight.tolist(), strict=True):
-        by[str(names[r])] = by.get(str(names[r]), 0) + int(w)
+        by[str(ctx.op_names[r])] = by.get(str(ctx.op_names[r]), 0) + int(w)
     top = [{"name": nm, "dur_us": us(v), "pct_of_step": round(pct(v, total), 2)}
            for nm, v in sorted(by.items(), key=lambda kv: -kv[1])[:TOP_N]]
     reasons = dyn.get("graph_break_reasons") or {}

@@ -289,12 +289,12 @@ def optimizer_not_fused(ctx: Context) -> Finding | None:
                          & ((k["step"] >= 0) if ctx.has_steps else True))
     if opt.size == 0 or not ctx.window_ns:
         return None
-    names = ctx.profile.names(k["name_id"][opt]).astype(str)
+    ids = k["name_id"][opt]
     d = k["dur_ns"][opt]
-    fused = np.array([bool(_FUSED_OPT.search(n)) for n in names])
+    fused = ctx.profile.names_where(ids, _FUSED_OPT.search)
     if d[fused].sum() >= 0.5 * d.sum():
         return None
-    multi = np.char.find(names, "multi_tensor_apply") >= 0
+    multi = ctx.profile.names_where(ids, lambda s: "multi_tensor_apply" in s)
     per_param = multi.mean() < 0.5
     per_step = opt.size / ctx.n_windows
     span = _optimizer_span_ns(ctx, att.phase)

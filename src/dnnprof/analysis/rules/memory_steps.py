@@ -36,6 +36,9 @@ UNSTABLE_MAX_CV_PCT = 10.0
 UNSTABLE_MIN_STEPS = 3
 
 _SAMPLE_METRICS = ("allocator_reserved_bytes", "allocator_allocated_bytes", "memory_used_bytes")
+#: Runtime calls that allocate or free device memory (slow, and synchronising, when the caching allocator is short).
+_ALLOCATION_CALLS = frozenset({"cudaMalloc", "cudaFree", "cuMemAlloc_v2", "cuMemFree_v2", "cudaMallocAsync",
+                               "cuMemCreate", "cuMemRelease"})
 
 
 def _memory(ctx: Context) -> tuple[int, int, str] | None:
@@ -57,10 +60,9 @@ def _memory(ctx: Context) -> tuple[int, int, str] | None:
                 return int(m[key]), int(total), f"caching allocator {key.removeprefix('peak_').removesuffix('_bytes')}"
     s = ctx.profile.tables["samples"]
     if s["metric_id"].size:
-        names = ctx.profile.names(s["metric_id"]).astype(str)
         mine = s["rank"] == ctx.rank
         for metric in _SAMPLE_METRICS:
-            sel = mine & (names == metric)
+            sel = mine & ctx.profile.names_where(s["metric_id"], lambda m, metric=metric: m == metric)
             if sel.any():
                 return int(np.nanmax(s["value"][sel])), int(total), metric
     return None
@@ -127,10 +129,8 @@ def memory_near_limit(ctx: Context) -> Finding | None:
     if used <= MEM_NEAR_LIMIT_PCT:
         return None
     rt = ctx.profile.tables["runtime"]
-    names = ctx.profile.names(rt["name_id"]).astype(str)
     in_steps = (rt["rank"] == ctx.rank) & ((rt["step"] >= 0) if ctx.has_steps else True)
-    alloc = in_steps & np.isin(names, ["cudaMalloc", "cudaFree", "cuMemAlloc_v2", "cuMemFree_v2", "cudaMallocAsync",
-                                       "cuMemCreate", "cuMemRelease"])
+    alloc = in_steps & ctx.profile.names_where(rt["name_id"], _ALLOCATION_CALLS.__contains__)
     alloc_ns = int(rt["dur_ns"][alloc].sum())
     return Finding(
         id="memory-near-limit",

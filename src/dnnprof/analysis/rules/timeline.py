@@ -272,7 +272,6 @@ def _dataloader_ranges(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     sel = np.flatnonzero((ops["rank"] == ctx.rank) & (ops["category"] == OP_CATEGORIES.index("user_annotation")))
     if sel.size == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    names = ctx.op_names[sel].astype(str)
-    dl = sel[np.char.startswith(names, "enumerate(DataLoader)#")]
+    dl = sel[ctx.profile.names_where(ops["name_id"][sel], lambda s: s.startswith("enumerate(DataLoader)#"))]
     s = ops["start_ns"][dl]
     return s, s + ops["dur_ns"][dl]
