@@ -109,3 +109,18 @@ def test_step_positions_match_a_lookup_in_file_order() -> None:
         by_num = np.argsort(nums, kind="stable")
         got = _positions(values, nums[by_num], by_num)
         assert got.tolist() == [lookup.get(int(v), -1) for v in values.tolist()]
+
+
+@pytest.mark.parametrize("name", STEPPED[:3])
+def test_host_rows_placed_in_steps_a_block_at_a_time(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Host rows are placed in steps a block of rows at a time (memory bounded by the block): any block size gives
+    the same step of every row."""
+    from dnnprof.ingest.kineto import read_kineto
+    from dnnprof.model import steps
+
+    whole = read_kineto(FOREIGN / name)
+    monkeypatch.setattr(steps, "_BLOCK_ROWS", 7)
+    blocks = read_kineto(FOREIGN / name)
+    for table in ("ops", "runtime", "memory_events", "kernels"):
+        assert blocks.tables[table]["step"].tolist() == whole.tables[table]["step"].tolist()
+    assert (whole.tables["ops"]["step"] >= 0).any()

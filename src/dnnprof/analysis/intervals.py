@@ -9,9 +9,13 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """Union of [start, end) intervals as sorted, disjoint intervals."""
     if starts.size == 0:
         return starts.astype(np.int64), ends.astype(np.int64)
-    order = np.argsort(starts, kind="stable")
-    s = starts[order].astype(np.int64)
-    e = ends[order].astype(np.int64)
+    if bool((starts[1:] >= starts[:-1]).all()):  # sorted already (activity tables are): no order, no copies
+        s, e = starts.astype(np.int64, copy=False), ends.astype(np.int64, copy=False)
+    else:
+        order = np.argsort(starts, kind="stable")
+        s = starts[order].astype(np.int64)
+        e = ends[order].astype(np.int64)
+        del order
     run_end = np.maximum.accumulate(e)
     # A new merged interval starts where the start is beyond every earlier end.
     new = np.empty(s.size, dtype=bool)

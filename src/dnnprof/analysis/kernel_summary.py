@@ -9,6 +9,7 @@ import numpy as np
 from dnnprof.analysis.attribution import PHASES, Attribution
 from dnnprof.analysis.factorize import row_keys
 from dnnprof.analysis.kernel_names import family, precision, short_name, uses_tensor_cores
+from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.profile import Profile
 
 
@@ -52,9 +53,9 @@ def _dominant_code(uniq: np.ndarray, codes: np.ndarray, weights: np.ndarray) -> 
     return uniq[present[int(np.argmax(np.bincount(inv, weights=weights)))]]
 
 
-def _dominant_config_position(config: np.ndarray, cfg_key: np.ndarray, rows: np.ndarray, d: np.ndarray) -> int:
+def _dominant_config_position(cfg_key: np.ndarray, rows: np.ndarray, d: np.ndarray) -> int:
     """The position in ``rows`` of a launch of the configuration with the most time (``cfg_key``: :func:`row_keys`
-    of ``config``; ties: the configuration of the smallest key)."""
+    of the launch configuration's columns; ties: the configuration of the smallest key)."""
     _, first, inv = np.unique(cfg_key[rows], return_index=True, return_inverse=True)
     return int(first[int(np.argmax(np.bincount(inv.reshape(-1), weights=d)))])
 
@@ -78,10 +79,12 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
     ends = np.concatenate([bounds, [ids_s.size]])
     totals = np.add.reduceat(dur_s, starts)
     grand = float(dur.sum()) or 1.0
-    config = np.stack([k[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-                                       "registers_per_thread", "shared_memory_bytes")], axis=1)
-    cfg_key = row_keys([config[:, j] for j in range(config.shape[1])])
+    # the table's own columns, read at one row per kernel: no copy of eight columns stacked
+    config = [k[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
+                             "shared_memory_bytes")]
+    cfg_key = row_keys(config)
     occ = k["est_occupancy_pct"].astype(np.float64)
+    release_pages()  # the configuration columns' pages: read again at one row per kernel below
     layers = attribution.codes("layer") if attribution.layer.size else None
     sources = attribution.codes("source") if attribution.source is not None else None
     out: list[KernelRow] = []
@@ -89,7 +92,7 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
         rows = rows_s[a:b]
         d = dur_s[a:b].astype(np.float64)
         name = profile.strings[int(ids_s[a])]
-        best = rows[_dominant_config_position(config, cfg_key, rows, d)]  # a launch of the dominant configuration
+        best = rows[_dominant_config_position(cfg_key, rows, d)]  # a launch of the dominant configuration
         o = occ[rows]
         ok = ~np.isnan(o)
         out.append(KernelRow(
@@ -98,8 +101,8 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
             mean_ns=float(total) / (b - a), min_ns=int(dur_s[a]), max_ns=int(dur_s[b - 1]),
             layer=str(_dominant_code(layers[0], layers[1][rows], d)) if layers is not None else "",
             phase=PHASES[int(_dominant(attribution.phase[rows], d))] if attribution.phase.size else "other",
-            grid=[int(x) for x in config[best, 0:3]], block=[int(x) for x in config[best, 3:6]],
-            registers_per_thread=int(config[best, 6]), shared_memory_bytes=int(config[best, 7]),
+            grid=[int(c[best]) for c in config[0:3]], block=[int(c[best]) for c in config[3:6]],
+            registers_per_thread=int(config[6][best]), shared_memory_bytes=int(config[7][best]),
             est_achieved_occupancy_pct=float(np.average(o[ok], weights=d[ok])) if ok.any() and d[ok].sum() > 0
             else (float(o[ok].mean()) if ok.any() else float("nan")),
             rows=rows,

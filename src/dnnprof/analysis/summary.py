@@ -108,6 +108,7 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
     phases = group_by_codes(np.array(PHASES, dtype=object), phase_of, kd)
     phase_ns = {g.name: g.total_ns for g in phases}
     layer_rows = group_by_codes(layer_names, layer_codes, kd) if kd.size else []
+    release_pages()  # a big trace's mapped columns: each part of the summary reads its own (model.mapped_columns)
     vendor = device_vendor(p, dev)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
@@ -166,6 +167,7 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
                       "self_pct": _num(r.self_pct)} for r in host_ops(p, rank)[:HOST_OPS_IN_SUMMARY]],
         "findings": [],
     }
+    release_pages()
     roofline = _roofline_json(p, rank, dev)
     if roofline is not None:
         doc["roofline"] = roofline
@@ -175,6 +177,7 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
     memory = _memory_events_json(p, rank)
     if memory is not None:
         doc["memory_events"] = memory
+    release_pages()
     ranks = rank_overview(p) if across_ranks is None else across_ranks.get("ranks")
     if ranks is not None:
         doc["ranks"] = ranks

@@ -28,6 +28,7 @@ import numpy as np
 
 from dnnprof.analysis.intervals import covered_per_window, gaps, merge
 from dnnprof.analysis.kernel_names import family
+from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import API_KINDS, OP_CATEGORIES
 
@@ -117,40 +118,64 @@ def _gpu_rows(profile: Profile, table: str, rank: int, device: int) -> np.ndarra
     return np.flatnonzero((t["rank"] == rank) & (t["device"] == device))
 
 
+def gpu_activity(profile: Profile, rank: int, device: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start, end and launch time (-1: no launch record) of every kernel, copy and memset of the rank on the
+    device, by start (stable from kernels, copies, memsets in table order).
+
+    Filled into columns of the final size and put in order one column at a time: a few columns of the activity's
+    length at once, not a dozen (this is most of the analysis's peak memory on a big trace).
+    """
+    rt_start = profile.tables["runtime"]["start_ns"]
+    picks = [(table, _gpu_rows(profile, table, rank, device)) for table in ("kernels", "memcpy", "memset")]
+    n = sum(rows.size for _, rows in picks)
+    act_s, act_e, act_l = (np.empty(n, dtype=np.int64) for _ in range(3))
+    at = 0
+    for table, rows in picks:
+        t = profile.tables[table]
+        end = at + rows.size
+        act_s[at:end] = t["start_ns"][rows]
+        act_e[at:end] = t["dur_ns"][rows]
+        act_e[at:end] += act_s[at:end]
+        lr = t["launch_row"][rows]
+        act_l[at:end] = np.where(lr >= 0, rt_start[np.clip(lr, 0, None)] if rt_start.size else -1, -1)
+        at = end
+    del picks
+    release_pages()  # the tables' pages: what follows works on these columns alone
+    order = np.argsort(act_s, kind="stable")
+    act_s = act_s[order]
+    act_e = act_e[order]
+    act_l = act_l[order]
+    return act_s, act_e, act_l
+
+
 def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> Utilization:
     """Busy/idle accounting per step (or over the whole GPU span when the profile has no steps)."""
     if device is None:
         device = primary_device(profile, rank)
-    parts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    launch_t: list[np.ndarray] = []
-    for table in ("kernels", "memcpy", "memset"):
+    all_s, all_e, all_launch = gpu_activity(profile, rank, device)
+    if all_s.size == 0:
+        return Utilization(device, [], True, host_ns=_host_span_ns(profile, rank))
+
+    def part(table: str) -> tuple[np.ndarray, np.ndarray]:
         t = profile.tables[table]
         rows = _gpu_rows(profile, table, rank, device)
         s = t["start_ns"][rows]
-        parts[table] = (s, s + t["dur_ns"][rows])
-        lr = t["launch_row"][rows]
-        rt = profile.tables["runtime"]["start_ns"]
-        launch_t.append(np.where(lr >= 0, rt[np.clip(lr, 0, None)] if rt.size else -1, -1))
-    all_s = np.concatenate([p[0] for p in parts.values()])
-    all_e = np.concatenate([p[1] for p in parts.values()])
-    all_launch = np.concatenate(launch_t)
-    if all_s.size == 0:
-        return Utilization(device, [], True, host_ns=_host_span_ns(profile, rank))
-    order = np.argsort(all_s, kind="stable")
-    all_s, all_e, all_launch = all_s[order], all_e[order], all_launch[order]
+        return s, s + t["dur_ns"][rows]
 
-    ms_k = merge(*parts["kernels"])
-    ms_km = merge(np.concatenate([parts["kernels"][0], parts["memcpy"][0]]),
-                  np.concatenate([parts["kernels"][1], parts["memcpy"][1]]))
     ms_all = merge(all_s, all_e)
+    ks, ke = part("kernels")
+    ms_k = merge(ks, ke)
+    cs, ce = part("memcpy")
+    ms_km = merge(np.concatenate([ks, cs]), np.concatenate([ke, ce]))
     # Everything but collective kernels: the busy time it leaves is collectives alone.
     nccl = collective_mask(profile, _gpu_rows(profile, "kernels", rank, device))
     if nccl.any():
-        ks, ke = parts["kernels"]
-        ms_rest = merge(np.concatenate([ks[~nccl], parts["memcpy"][0], parts["memset"][0]]),
-                        np.concatenate([ke[~nccl], parts["memcpy"][1], parts["memset"][1]]))
+        ss, se = part("memset")
+        ms_rest = merge(np.concatenate([ks[~nccl], cs, ss]), np.concatenate([ke[~nccl], ce, se]))
     else:
         ms_rest = ms_all
+    del ks, ke, cs, ce
+    release_pages()
 
     steps = profile.tables["steps"]
     sel = np.flatnonzero((steps["rank"] == rank) & (steps["gpu_start_ns"] >= 0))

@@ -42,7 +42,7 @@ from dnnprof.ingest.nesting import distinct
 from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, read_pieces, split_events
 from dnnprof.ingest.vendor import vendor_of_events, vendor_of_name
 from dnnprof.model.device import DeviceInfo
-from dnnprof.model.mapped_columns import large_blocks_returned_on_free
+from dnnprof.model.mapped_columns import large_blocks_returned_on_free, release_pages
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
 from dnnprof.model.steps import assign_steps
@@ -511,6 +511,7 @@ def _read_profile_in(path: Path, rank: int | None, chunk_bytes: int, stream: boo
             trace.traceEvents = []
         profile = _build(path, rank, cols, trace, tally)
         match_captured_replays(profile)
+        release_pages()  # a big trace's mapped tables, touched by the steps: none resident when the read returns
         tally["no_dur"] += cols.negative_durations
         notes = [f"{tally['no_ts']:,} events without a valid timestamp were left out"] if tally["no_ts"] else []
         if tally["no_dur"]:

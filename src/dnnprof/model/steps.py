@@ -8,6 +8,8 @@ from dnnprof.model.profile import Profile
 from dnnprof.model.schema import STEP_SOURCES, empty_table
 
 _GPU_TABLES = ("kernels", "memcpy", "memset")
+#: Host rows placed in steps at a time.
+_BLOCK_ROWS = 1 << 20
 
 
 def _in_windows(t: np.ndarray, starts: np.ndarray, ends: np.ndarray, numbers: np.ndarray) -> np.ndarray:
@@ -55,9 +57,10 @@ def assign_steps(
 
     for table, time in (("ops", "start_ns"), ("runtime", "start_ns"), ("memory_events", "ts_ns")):
         t = profile.tables[table]
-        if t["step"].size:
-            sel = t["rank"] == rank
-            t["step"][sel] = _in_windows(t[time][sel], starts, ends, nums)
+        step, when, ranks = t["step"], t[time], t["rank"]
+        for lo in range(0, step.size, _BLOCK_ROWS):  # a block at a time: temporaries of a block, not of the table
+            sel = ranks[lo:lo + _BLOCK_ROWS] == rank
+            step[lo:lo + _BLOCK_ROWS][sel] = _in_windows(when[lo:lo + _BLOCK_ROWS][sel], starts, ends, nums)
     gpu_start, gpu_end = _gpu_windows(profile, rank, starts, ends, nums)
 
     steps = empty_table("steps", starts.size)

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dnnprof.analysis.intervals import covered_per_window, gaps, merge
-from dnnprof.analysis.utilization import SYNC_TOLERANCE_NS
+from dnnprof.analysis.utilization import SYNC_TOLERANCE_NS, gpu_activity
+from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS, OP_CATEGORIES
 
 if TYPE_CHECKING:
@@ -107,22 +108,10 @@ class Timeline:
 def build_timeline(ctx: Context) -> Timeline:
     """Gaps, causes and blame for the context's rank and primary device."""
     p, rank, device = ctx.profile, ctx.rank, ctx.util.device
-    rt = p.tables["runtime"]
-    starts, ends, launches = [], [], []
-    for table in ("kernels", "memcpy", "memset"):
-        t = p.tables[table]
-        rows = np.flatnonzero((t["rank"] == rank) & (t["device"] == device))
-        s = t["start_ns"][rows]
-        starts.append(s)
-        ends.append(s + t["dur_ns"][rows])
-        lr = t["launch_row"][rows]
-        launches.append(np.where(lr >= 0, rt["start_ns"][np.clip(lr, 0, None)] if rt["start_ns"].size else -1, -1))
-    act_s, act_e, act_l = (np.concatenate(x) for x in (starts, ends, launches))
+    act_s, act_e, act_l = gpu_activity(p, rank, device)
     empty = np.empty(0, np.int64)
     if act_s.size == 0:
         return Timeline(empty, empty, empty, np.empty(0, np.int8), empty)
-    order = np.argsort(act_s, kind="stable")
-    act_s, act_e, act_l = act_s[order], act_e[order], act_l[order]
     ms, me = merge(act_s, act_e)
 
     steps = p.tables["steps"]
@@ -140,6 +129,7 @@ def build_timeline(ctx: Context) -> Timeline:
     dl_s, dl_e = merge(*_dataloader_ranges(ctx))
     dl = covered_per_window(dl_s, dl_e, gs, ge) if dl_s.size else np.zeros(gs.size, np.int64)
     calls = _blocking_calls(ctx)
+    release_pages()  # the runtime table's pages, read for the calls
     cs = np.array([c.start_ns for c in calls], dtype=np.int64)
     ce = np.array([c.end_ns for c in calls], dtype=np.int64)
 
