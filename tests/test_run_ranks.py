@@ -67,8 +67,16 @@ def dnnprof_run(out: Path, *args: str, script_args: tuple[str, ...] = (), nproc:
     proc = subprocess.run([sys.executable, "-m", "dnnprof", "run", "--warmup-steps", "3", "--steps", "8", "--out",
                            str(out), *args, *command], cwd=out.parent, capture_output=True, text=True, timeout=300,
                           env=env, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, _why(proc.stderr)
     return proc
+
+
+def _why(stderr: str) -> str:
+    """What a failed launch said: the lines that name a cause wherever they are (torchrun's summary of a failed
+    child fills the end of stderr), then the end."""
+    causes = [ln for ln in stderr.splitlines()
+              if any(w in ln for w in ("terminate", "what()", "Error", "error", "dnnprof:", "Abort", "abort"))]
+    return "\n".join(causes[-40:]) + "\n--- end of stderr ---\n" + stderr[-1500:]
 
 
 def test_torchrun_profiles_the_ranks_asked_for(tmp_path: Path) -> None:
