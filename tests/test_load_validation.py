@@ -271,3 +271,27 @@ def test_a_memory_event_without_its_device_type_saves_and_loads(tmp_path: Path) 
     assert (p.tables["memory_events"]["device_type"] == -1).all() and p.tables["memory_events"]["device_type"].size
     d = p.save(tmp_path / "p")
     assert main(["analyze", str(d), "--quiet", "--json", str(tmp_path / "s.json")]) == 0
+
+
+@pytest.mark.parametrize("missing", [False, True])
+@pytest.mark.parametrize("key", ["source", "base_time_ns", "ranks", "per_rank", "distributed", "event_counts",
+                                 "notes"])
+def test_null_metadata_of_a_saved_profile_reads_as_absent(tmp_path: Path, saved: Path, key: str,
+                                                           missing: bool) -> None:
+    """A key of profile.json's meta written as null is read as absent, with or without tables missing (which adds
+    a note to meta.source; fuzz: AttributeError on a null source)."""
+    d = tmp_path / "p"
+    shutil.copytree(saved, d)
+    doc = json.loads((d / "profile.json").read_text())
+    if key == "notes":
+        doc["meta"]["source"]["notes"] = None
+    else:
+        doc["meta"][key] = None
+    (d / "profile.json").write_text(json.dumps(doc))
+    if missing:
+        (d / "memory_events.parquet").unlink()
+    assert main(["analyze", str(d), "--quiet", "--json", str(tmp_path / "s.json")]) == 0
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["kernels"]
+    if missing:
+        assert any("memory_events" in n for n in summary["source"]["notes"])

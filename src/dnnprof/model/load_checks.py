@@ -94,6 +94,19 @@ def meta_problem(meta: dict[str, Any]) -> str | None:
     return None
 
 
+def meta_without_nulls(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` (checked by :func:`meta_problem`) with the keys the analysis reads left out where they are null, at
+    the top, in ``per_rank`` and in ``source.notes``: null reads as absent, the way every reader takes these keys
+    (``meta.get("source", {…})``)."""
+    out = {k: v for k, v in meta.items() if not (k in _META_TYPES and v is None)}
+    if isinstance(out.get("per_rank"), list):
+        out["per_rank"] = [meta_without_nulls(m) if isinstance(m, dict) else m for m in out["per_rank"]]
+    source = out.get("source")
+    if isinstance(source, dict) and "notes" in source and source["notes"] is None:
+        out["source"] = {k: v for k, v in source.items() if k != "notes"}
+    return out
+
+
 def _json_name(t: type) -> str:
     return {dict: "object", list: "list", str: "string", int: "integer"}.get(t, t.__name__)
 

@@ -272,7 +272,7 @@ class Profile:
         if problem:
             raise ProfileError(problem)
         devices = [DeviceInfo.from_dict(x) for x in doc.get("devices", [])]
-        meta = doc.get("meta", {})
+        meta = check.meta_without_nulls(doc.get("meta", {}))
         if missing:  # a profile saved by an older dnnprof lacks newer tables; a deleted file shows here too
             source = meta.setdefault("source", {"path": str(d), "format": "dnnprof-profile"})
             source.setdefault("notes", []).append(f"tables missing from the saved profile (read as empty): "
