@@ -156,19 +156,21 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
     if all_s.size == 0:
         return Utilization(device, [], True, host_ns=_host_span_ns(profile, rank))
 
-    def part(table: str) -> tuple[np.ndarray, np.ndarray]:
+    def part(table: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         t = profile.tables[table]
-        rows = _gpu_rows(profile, table, rank, device)
+        rows = _gpu_rows(profile, table, rank, device) if rows is None else rows
         s = t["start_ns"][rows]
         return s, s + t["dur_ns"][rows]
 
     ms_all = merge(all_s, all_e)
-    ks, ke = part("kernels")
+    krows = _gpu_rows(profile, "kernels", rank, device)
+    ks, ke = part("kernels", krows)
     ms_k = merge(ks, ke)
     cs, ce = part("memcpy")
     ms_km = merge(np.concatenate([ks, cs]), np.concatenate([ke, ce]))
     # Everything but collective kernels: the busy time it leaves is collectives alone.
-    nccl = collective_mask(profile, _gpu_rows(profile, "kernels", rank, device))
+    nccl = collective_mask(profile, krows)
+    del krows
     if nccl.any():
         ss, se = part("memset")
         ms_rest = merge(np.concatenate([ks[~nccl], cs, ss]), np.concatenate([ke[~nccl], ce, se]))
@@ -200,7 +202,7 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
     sync_s, sync_e = _sync_calls(profile, rank)
     order = np.argsort(sync_s, kind="stable")  # once, not per step
     sync_s, sync_latest_end = sync_s[order], np.maximum.accumulate(sync_e[order])
-    dl = merge(*_dataloader_ranges(profile, rank))
+    dl = merge(*dataloader_ranges(profile, rank))
 
     out = []
     for i in range(lo.size):
@@ -246,7 +248,8 @@ def _sync_calls(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:
     return s, s + rt["dur_ns"][sel]
 
 
-def _dataloader_ranges(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:
+def dataloader_ranges(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of the rank's ``enumerate(DataLoader)#…`` ranges (the wait for the next batch)."""
     ops = profile.tables["ops"]
     sel = np.flatnonzero((ops["rank"] == rank) & (ops["category"] == OP_CATEGORIES.index("user_annotation")))
     if sel.size == 0:

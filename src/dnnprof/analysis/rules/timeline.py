@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dnnprof.analysis.intervals import covered_per_window, gaps, merge
-from dnnprof.analysis.utilization import SYNC_TOLERANCE_NS, gpu_activity
+from dnnprof.analysis.utilization import SYNC_TOLERANCE_NS, dataloader_ranges, gpu_activity
 from dnnprof.model.mapped_columns import release_pages
-from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS, OP_CATEGORIES
+from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS
 
 if TYPE_CHECKING:
     from dnnprof.analysis.rules.context import Context
@@ -126,7 +126,7 @@ def build_timeline(ctx: Context) -> Timeline:
     order = np.argsort(gs, kind="stable")
     gs, ge = gs[order], ge[order]
 
-    dl_s, dl_e = merge(*_dataloader_ranges(ctx))
+    dl_s, dl_e = merge(*dataloader_ranges(p, rank))
     dl = covered_per_window(dl_s, dl_e, gs, ge) if dl_s.size else np.zeros(gs.size, np.int64)
     calls = _blocking_calls(ctx)
     release_pages()  # the runtime table's pages, read for the calls
@@ -255,13 +255,3 @@ def _call(ctx: Context, r: int, name: str, what: str, pageable_tops: set[int]) -
     owner = "pageable-memcpy" if top >= 0 and top in pageable_tops else "host-sync"
     s = int(rt["start_ns"][r])
     return BlockingCall(r, s, s + int(rt["dur_ns"][r]), name, op, owner, what)
-
-
-def _dataloader_ranges(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
-    ops = ctx.profile.tables["ops"]
-    sel = np.flatnonzero((ops["rank"] == ctx.rank) & (ops["category"] == OP_CATEGORIES.index("user_annotation")))
-    if sel.size == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    dl = sel[ctx.profile.names_where(ops["name_id"][sel], lambda s: s.startswith("enumerate(DataLoader)#"))]
-    s = ops["start_ns"][dl]
-    return s, s + ops["dur_ns"][dl]
