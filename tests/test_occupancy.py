@@ -374,6 +374,29 @@ def test_kernel_occupancy_is_fast_for_100k_kernels():
     assert not np.isnan(out["theoretical_occupancy_pct"]).any()
 
 
+def test_kernel_occupancy_is_the_same_evaluated_in_slices_of_rows(monkeypatch):
+    """A big trace's kernels are evaluated a slice of rows at a time: the answer is every row's own, whatever the
+    slices, and each distinct launch shape is evaluated once."""
+    import dnnprof.analysis.occupancy as occ
+
+    rng = np.random.default_rng(1)
+    n = 1_000
+    k = empty_table("kernels", n)
+    k["block_x"][:] = rng.choice([-1, 0, 64, 192, 1024, 2048], n)
+    k["block_y"][:], k["block_z"][:] = rng.choice([1, 2], n), 1
+    k["registers_per_thread"][:] = rng.choice([-1, 16, 32, 255], n)
+    k["shared_memory_bytes"][:] = rng.choice([-1, 0, 49152, 300000], n)
+    whole = kernel_occupancy(k, H200)
+    calls = []
+    monkeypatch.setattr(occ, "compute_occupancy", lambda *a: calls.append(a[1:]) or compute_occupancy(*a))
+    monkeypatch.setattr(occ, "_CHUNK_ROWS", 7)
+    sliced = kernel_occupancy(k, H200)
+    for name, col in whole.items():
+        np.testing.assert_array_equal(sliced[name], col, err_msg=name)
+    assert len(calls) == len(set(calls)) > 10
+    assert np.isnan(whole["theoretical_occupancy_pct"]).any() and not np.isnan(whole["theoretical_occupancy_pct"]).all()
+
+
 # CLI ------------------------------------------------------------------------------------------------------------------
 
 

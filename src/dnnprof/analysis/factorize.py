@@ -30,18 +30,20 @@ def row_keys(columns: list[np.ndarray]) -> np.ndarray:
         return key
     span = 1
     for col in columns:
-        c = np.asarray(col).astype(np.int64, copy=False)
+        c = np.asarray(col).astype(np.int64)  # a copy, made relative in place: one temporary of the rows' length
         lo = int(c.min())
         radix = int(c.max()) - lo + 1
         if radix == 1:  # a constant column (block_z, grid_z): nothing to tell rows apart
             continue
-        c = c - lo
+        c -= lo
         if radix >= 2**31:
             _, c = np.unique(c, return_inverse=True)
             c, radix = c.reshape(-1).astype(np.int64), int(c.max()) + 1
         if span * radix >= 2**62:
             _, key = np.unique(key, return_inverse=True)
             key, span = key.reshape(-1).astype(np.int64), int(key.max()) + 1
-        key = key * radix + c
+        key *= radix
+        key += c
+        del c
         span *= radix
     return key

@@ -67,23 +67,29 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
     ``occupancy`` is ``analysis.occupancy.kernel_occupancy`` of the whole kernels table, when available.
     """
     k = profile.tables["kernels"]
-    sel = np.arange(k["start_ns"].size) if rank is None else np.flatnonzero(k["rank"] == rank)
-    if sel.size == 0:
+    n = k["start_ns"].size
+    sel = None if rank is None else np.flatnonzero(k["rank"] == rank)
+    if sel is not None and sel.size == n:
+        sel = None  # every row: no index to keep (a big trace's temporaries are a few columns of every kernel)
+    if (n if sel is None else sel.size) == 0:
         return []
-    ids = k["name_id"][sel]
-    dur = k["dur_ns"][sel]
+    ids = k["name_id"] if sel is None else k["name_id"][sel]
+    dur = k["dur_ns"] if sel is None else k["dur_ns"][sel]
+    grand = float(dur.sum()) or 1.0
     order = np.lexsort((dur, ids))
-    ids_s, dur_s, rows_s = ids[order], dur[order], sel[order]
+    ids_s, dur_s = ids[order], dur[order]
+    rows_s = order if sel is None else sel[order]
+    del ids, dur, order, sel
+    release_pages()  # the name and duration columns, sorted into these copies
     bounds = np.flatnonzero(np.diff(ids_s)) + 1
     starts = np.concatenate([[0], bounds])
     ends = np.concatenate([bounds, [ids_s.size]])
     totals = np.add.reduceat(dur_s, starts)
-    grand = float(dur.sum()) or 1.0
     # the table's own columns, read at one row per kernel: no copy of eight columns stacked
     config = [k[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
                              "shared_memory_bytes")]
     cfg_key = row_keys(config)
-    occ = k["est_occupancy_pct"].astype(np.float64)
+    occ = k["est_occupancy_pct"]  # float32, widened per kernel below (exactly)
     release_pages()  # the configuration columns' pages: read again at one row per kernel below
     layers = attribution.codes("layer") if attribution.layer.size else None
     sources = attribution.codes("source") if attribution.source is not None else None
@@ -93,7 +99,7 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
         d = dur_s[a:b].astype(np.float64)
         name = profile.strings[int(ids_s[a])]
         best = rows[_dominant_config_position(cfg_key, rows, d)]  # a launch of the dominant configuration
-        o = occ[rows]
+        o = occ[rows].astype(np.float64)
         ok = ~np.isnan(o)
         out.append(KernelRow(
             name=name, short_name=short_name(name), family=family(name), tensor_core=uses_tensor_cores(name),

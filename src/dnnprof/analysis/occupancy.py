@@ -368,6 +368,10 @@ def compute_occupancy(
     )
 
 
+#: Rows evaluated together by :func:`kernel_occupancy`.
+_CHUNK_ROWS = 1 << 20
+
+
 def kernel_occupancy(kernels: dict[str, np.ndarray], device: DeviceInfo) -> dict[str, np.ndarray]:
     """Theoretical occupancy and limiter for every row of a profile's ``kernels`` table.
 
@@ -391,24 +395,30 @@ def kernel_occupancy(kernels: dict[str, np.ndarray], device: DeviceInfo) -> dict
         spec = arch_for_device(device)
     except OccupancyInputError:
         return out
-    dims = [np.asarray(kernels[f"block_{a}"], dtype=np.int64) for a in "xyz"]
-    threads = dims[0] * dims[1] * dims[2]
-    regs = np.asarray(kernels["registers_per_thread"], dtype=np.int64)
-    smem = np.asarray(kernels["shared_memory_bytes"], dtype=np.int64)
-    known = (dims[0] > 0) & (dims[1] > 0) & (dims[2] > 0) & (regs >= 0) & (smem >= 0)
-    idx = np.flatnonzero(known)
-    if idx.size == 0:
-        return out
-    # one key per distinct (threads, registers, shared memory): a sort of int64, not of 3-column records
-    _, first, inverse = np.unique(row_keys([threads[idx], regs[idx], smem[idx]]), return_index=True,
-                                  return_inverse=True)
-    keys = np.stack([threads[idx][first], regs[idx][first], smem[idx][first]], axis=1)
-    u_pct = np.empty(len(keys), dtype=np.float32)
-    u_blocks = np.empty(len(keys), dtype=np.int32)
-    u_lim = np.empty(len(keys), dtype=object)
-    for i, (t, r, s) in enumerate(keys.tolist()):
-        res = compute_occupancy(spec, t, r, 0, s)
-        u_pct[i], u_blocks[i], u_lim[i] = res.occupancy_pct, res.active_blocks_per_sm, "+".join(res.limiters)
-    inverse = inverse.reshape(-1)
-    pct[idx], blocks[idx], limiter[idx] = u_pct[inverse], u_blocks[inverse], u_lim[inverse]
+    done: dict[tuple[int, int, int], tuple[float, int, str]] = {}  # each distinct launch shape evaluated once
+    for a in range(0, n, _CHUNK_ROWS):  # a slice of rows at a time: a big trace's temporaries stay small
+        rows = slice(a, min(a + _CHUNK_ROWS, n))
+        dims = [np.asarray(kernels[f"block_{x}"][rows], dtype=np.int64) for x in "xyz"]
+        regs = np.asarray(kernels["registers_per_thread"][rows], dtype=np.int64)
+        smem = np.asarray(kernels["shared_memory_bytes"][rows], dtype=np.int64)
+        known = (dims[0] > 0) & (dims[1] > 0) & (dims[2] > 0) & (regs >= 0) & (smem >= 0)
+        idx = np.flatnonzero(known)
+        if idx.size == 0:
+            continue
+        threads = (dims[0] * dims[1] * dims[2])[idx]
+        regs, smem = regs[idx], smem[idx]
+        # one key per distinct (threads, registers, shared memory): a sort of int64, not of 3-column records
+        _, first, inverse = np.unique(row_keys([threads, regs, smem]), return_index=True, return_inverse=True)
+        keys = np.stack([threads[first], regs[first], smem[first]], axis=1)
+        u_pct = np.empty(len(keys), dtype=np.float32)
+        u_blocks = np.empty(len(keys), dtype=np.int32)
+        u_lim = np.empty(len(keys), dtype=object)
+        for i, key in enumerate(keys.tolist()):
+            if (t := tuple(key)) not in done:
+                res = compute_occupancy(spec, t[0], t[1], 0, t[2])
+                done[t] = (res.occupancy_pct, res.active_blocks_per_sm, "+".join(res.limiters))
+            u_pct[i], u_blocks[i], u_lim[i] = done[t]
+        inverse = inverse.reshape(-1)
+        at = idx + a
+        pct[at], blocks[at], limiter[at] = u_pct[inverse], u_blocks[inverse], u_lim[inverse]
     return out
