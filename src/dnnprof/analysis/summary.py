@@ -110,6 +110,12 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
     layer_rows = group_by_codes(layer_names, layer_codes, kd) if kd.size else []
     release_pages()  # a big trace's mapped columns: each part of the summary reads its own (model.mapped_columns)
     vendor = device_vendor(p, dev)
+    host_side = _host_side_json(p, rank, vendor)
+    release_pages()
+    memcpy = _memcpy_json(p, rank)
+    release_pages()
+    top_ops = host_ops(p, rank)[:HOST_OPS_IN_SUMMARY]
+    release_pages()
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "source": dict(p.meta.get("source", {"path": "", "format": ""})),
@@ -145,7 +151,7 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
             # tensor cores are told from NVIDIA kernel names: not applicable to other vendors' kernels
             "tensor_core_pct": _num(100.0 * tc_ns / kernel_total) if kernel_total and vendor in ("", "nvidia")
             else None,
-            **_host_side_json(p, rank, vendor),
+            **host_side,
             "window": "whole_trace" if u.whole_trace else "steps",
             "host_us": _us(u.host_ns),
             "busy_of_host_pct": None if u.busy_of_host_pct is None else float(f"{u.busy_of_host_pct:.4g}"),
@@ -162,9 +168,9 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
         "layers": [{"name": g.name, "total_us": _us(g.total_ns), "pct": _num(g.pct), "kernel_calls": g.calls}
                    for g in layer_rows if g.name],
         "phases": {f"{ph}_us": _us(phase_ns.get(ph, 0)) for ph in PHASES},
-        "memcpy": _memcpy_json(p, rank),
+        "memcpy": memcpy,
         "host_ops": [{"name": r.name, "calls": r.calls, "total_us": _us(r.total_ns), "self_us": _us(r.self_ns),
-                      "self_pct": _num(r.self_pct)} for r in host_ops(p, rank)[:HOST_OPS_IN_SUMMARY]],
+                      "self_pct": _num(r.self_pct)} for r in top_ops],
         "findings": [],
     }
     release_pages()

@@ -139,6 +139,7 @@ def gpu_activity(profile: Profile, rank: int, device: int) -> tuple[np.ndarray, 
         lr = t["launch_row"][rows]
         act_l[at:end] = np.where(lr >= 0, rt_start[np.clip(lr, 0, None)] if rt_start.size else -1, -1)
         at = end
+        release_pages()  # launches spread over the runtime table touch most of its start column: one table at a time
     del picks
     release_pages()  # the tables' pages: what follows works on these columns alone
     order = np.argsort(act_s, kind="stable")
@@ -164,13 +165,17 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
 
     ms_all = merge(all_s, all_e)
     krows = _gpu_rows(profile, "kernels", rank, device)
+    release_pages()  # a big trace's mapped columns (model.mapped_columns): each part's pages in turn
     ks, ke = part("kernels", krows)
+    release_pages()
     ms_k = merge(ks, ke)
     cs, ce = part("memcpy")
     ms_km = merge(np.concatenate([ks, cs]), np.concatenate([ke, ce]))
+    release_pages()
     # Everything but collective kernels: the busy time it leaves is collectives alone.
     nccl = collective_mask(profile, krows)
     del krows
+    release_pages()
     if nccl.any():
         ss, se = part("memset")
         ms_rest = merge(np.concatenate([ks[~nccl], cs, ss]), np.concatenate([ke[~nccl], ce, se]))
@@ -244,8 +249,14 @@ def _sync_calls(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:
         chosen[mc[blocking]] = True
         chosen[pageable[pageable >= 0]] = True
         sel = np.flatnonzero(chosen)
+    # calls spread over the biggest table touch most of its pages: a big trace's mapped columns give them back
+    # after each column (model.mapped_columns)
+    release_pages()
     s = rt["start_ns"][sel]
-    return s, s + rt["dur_ns"][sel]
+    release_pages()
+    e = s + rt["dur_ns"][sel]
+    release_pages()
+    return s, e
 
 
 def dataloader_ranges(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:

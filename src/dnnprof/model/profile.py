@@ -142,23 +142,26 @@ class Profile:
                     problems.append(f"{name}.{c.name}: string ids outside [-1, {n_strings})")
                 if c.name == "dur_ns" and arr.size and arr.min() < 0:
                     problems.append(f"{name}: {int((arr < 0).sum())} rows with negative duration")
+                release_pages()  # a big trace's mapped columns: one column's pages at a time
             for link, target in (("launch_row", "runtime"), ("op_row", "ops"), ("parent_row", "ops"),
                                  ("fwd_row", "ops"), ("kernel_row", "kernels")):
                 if link in t and t[link].size:
                     v = t[link]
                     if v.max() >= sizes[target] or v.min() < -1:
                         problems.append(f"{name}.{link}: row indexes outside {target}")
+                    release_pages()
             ordered = {"kernels": "start_ns", "memcpy": "start_ns", "memset": "start_ns", "ops": "start_ns",
                        "runtime": "start_ns", "memory_events": "ts_ns"}.get(name)
             if ordered and t[ordered].size > 1 and np.any(np.diff(t[ordered]) < 0):
                 problems.append(f"{name}: rows are not ordered by {ordered}")
-            release_pages()  # a big trace's mapped columns: one table's pages at a time
+            release_pages()
         steps = self.tables["steps"]
         if steps["number"].size:
             for name in ("kernels", "memcpy", "memset", "ops", "runtime", "memory_events"):
                 unknown = np.setdiff1d(np.unique(self.tables[name]["step"]), np.append(steps["number"], -1))
                 if unknown.size:
                     problems.append(f"{name}: step numbers {unknown[:5].tolist()} are not in `steps`")
+                release_pages()
         return problems
 
     # --- persistence ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import STEP_SOURCES, empty_table
 
@@ -104,6 +105,7 @@ def _gpu_windows(profile: Profile, rank: int, starts: np.ndarray, ends: np.ndarr
                         if runtime_step.size else -1, -1).astype(np.int32)
         t["step"][sel] = step
         launched[table] = launch >= 0
+        release_pages()  # a big trace's mapped columns (model.mapped_columns): one table's pages at a time
     by_launch = any(bool((profile.tables[tb]["step"][rows[tb]][launched[tb]] >= 0).any()) for tb in _GPU_TABLES)
     if not by_launch:  # no launched GPU work in any step: GPU clock and host clock are one, place by host windows
         for table in _GPU_TABLES:
@@ -131,6 +133,7 @@ def _gpu_windows(profile: Profile, rank: int, starts: np.ndarray, ends: np.ndarr
         good = pos >= 0
         np.minimum.at(first, pos[good], s[good])
         np.maximum.at(last, pos[good], e[good])
+        release_pages()
 
     gpu_start = np.full(n, -1, dtype=np.int64)
     gpu_end = np.full(n, -1, dtype=np.int64)

@@ -128,6 +128,7 @@ def build_timeline(ctx: Context) -> Timeline:
 
     dl_s, dl_e = merge(*dataloader_ranges(p, rank))
     dl = covered_per_window(dl_s, dl_e, gs, ge) if dl_s.size else np.zeros(gs.size, np.int64)
+    release_pages()  # the ops table's pages, read for the data-loader ranges
     calls = _blocking_calls(ctx)
     release_pages()  # the runtime table's pages, read for the calls
     cs = np.array([c.start_ns for c in calls], dtype=np.int64)
@@ -222,6 +223,8 @@ def _blocking_calls(ctx: Context) -> list[BlockingCall]:
     mine = rt["rank"] == rank
     sync_rows = np.flatnonzero(mine & (rt["api_kind"] == API_KINDS.index("sync")))
     mc_rows = np.flatnonzero(mine & (rt["api_kind"] == API_KINDS.index("memcpy")))
+    del mine
+    release_pages()  # two columns of every runtime call: what follows reads a few rows
     memcpy = p.tables["memcpy"]
     by_launch: dict[int, int] = {int(lr): i for i, lr in enumerate(memcpy["launch_row"].tolist()) if lr >= 0}
     # Outermost copy ops that move host->device data out of pageable memory (their syncs are the copy's cost).
@@ -231,27 +234,33 @@ def _blocking_calls(ctx: Context) -> list[BlockingCall]:
         lr = int(memcpy["launch_row"][i])
         if lr >= 0 and rt["op_row"][lr] >= 0:
             pageable_h2d_tops.add(ctx.plumbing_top(int(rt["op_row"][lr])))
+    # the few columns the calls need, gathered one at a time: a few rows spread over the biggest table touch most
+    # of its pages, and a big trace's mapped columns give them back in between (model.mapped_columns)
+    rows = np.concatenate([mc_rows, sync_rows])
+    cols: dict[str, list[int]] = {}
+    for c in ("name_id", "op_row", "start_ns", "dur_ns"):
+        cols[c] = rt[c][rows].tolist()
+        release_pages()
     out: list[BlockingCall] = []
-    name_ids = rt["name_id"]  # decoded per call below: a few rows of the biggest table
-    for r in mc_rows.tolist():
-        name = p.name(int(name_ids[r]))
+    for i, r in enumerate(rows.tolist()):
+        name = p.name(cols["name_id"][i])
+        op, start = cols["op_row"][i], cols["start_ns"][i]
+        if i >= mc_rows.size:
+            out.append(_call(ctx, r, name, "sync", op, start, cols["dur_ns"][i], pageable_h2d_tops))
+            continue
         m = by_launch.get(r, -1)
         kind = int(memcpy["kind"][m]) if m >= 0 else 0
         pageable = m >= 0 and _PAGEABLE in (int(memcpy["src_mem"][m]), int(memcpy["dst_mem"][m]))
         if name.endswith("Async") and not pageable:
             continue  # a truly asynchronous copy does not block
         what = {_HTOD: "HtoD copy", _DTOH: "DtoH copy"}.get(kind, "copy")
-        out.append(_call(ctx, r, name, what, pageable_h2d_tops))
-    for r in sync_rows.tolist():
-        out.append(_call(ctx, r, p.name(int(name_ids[r])), "sync", pageable_h2d_tops))
+        out.append(_call(ctx, r, name, what, op, start, cols["dur_ns"][i], pageable_h2d_tops))
     out.sort(key=lambda c: c.start_ns)
     return out
 
 
-def _call(ctx: Context, r: int, name: str, what: str, pageable_tops: set[int]) -> BlockingCall:
-    rt = ctx.profile.tables["runtime"]
-    op = int(rt["op_row"][r])
+def _call(ctx: Context, r: int, name: str, what: str, op: int, start_ns: int, dur_ns: int,
+          pageable_tops: set[int]) -> BlockingCall:
     top = ctx.plumbing_top(op) if op >= 0 else -1
     owner = "pageable-memcpy" if top >= 0 and top in pageable_tops else "host-sync"
-    s = int(rt["start_ns"][r])
-    return BlockingCall(r, s, s + int(rt["dur_ns"][r]), name, op, owner, what)
+    return BlockingCall(r, start_ns, start_ns + dur_ns, name, op, owner, what)
