@@ -229,6 +229,21 @@ def test_diagnoses_follow_trtexec() -> None:
     assert ids({"gpu_compute_ms": None, "enqueue_ms": None, "h2d_ms": None, "d2h_ms": None}) == []
 
 
+def test_phases_apart_when_the_split_iterations_disagree_with_the_timed_latency() -> None:
+    """The H2D / compute / D2H split comes from its own iterations: when their mean is far from the timed mean
+    latency (as on an H100, resnet50-tiny at batch 1: 1.113 ms against 0.949 ms), the result says so."""
+    base = {"backend": "eager", "gpu_compute_ms": 0.9, "enqueue_ms": 0.1, "h2d_ms": 0.1, "d2h_ms": 0.113,
+            "cv_pct": 0.5, "latency_ms": {"mean": 0.949}}
+    ids = lambda r: [d["id"] for d in diagnoses({**base, **r})]  # noqa: E731
+    assert ids({"phase_latency_ms": 1.113}) == ["phases_apart"]
+    (d,) = diagnoses({**base, "phase_latency_ms": 1.113})
+    assert d["phase_latency_ms"] == 1.113 and d["latency_mean_ms"] == 0.949 and "+17 %" in d["message"]
+    assert ids({"phase_latency_ms": 0.80}) == ["phases_apart"]  # below as well as above
+    assert ids({"phase_latency_ms": 1.0}) == []  # within 10 %
+    assert ids({"phase_latency_ms": 0.12, "latency_ms": {"mean": 0.1}}) == []  # 20 %, but 0.02 ms: clock resolution
+    assert ids({"phase_latency_ms": None}) == [] and ids({"phase_latency_ms": 1.113, "latency_ms": None}) == []
+
+
 def test_knee_is_smallest_batch_near_best() -> None:
     rows = [{"backend": "x", "status": "ok", "batch_size": b, "throughput_samples_per_s": t, "latency_ms": {"p50": lat}}
             for b, t, lat in ((1, 100.0, 1.0), (8, 700.0, 1.1), (32, 950.0, 3.4), (64, 1000.0, 6.4))]

@@ -29,8 +29,9 @@ def doc(raw):
 
 def test_phases_add_up_to_latency(raw, doc) -> None:
     """The phases come from their own iterations after the timed ones: in each, H2D + compute + D2H is its first
-    to last event; their mean is near the timed latency (the phase iterations only add two event records and a
-    host clock around the call)."""
+    to last event, and the means add up to ``phase_latency_ms``. That is near the timed latency (the phase
+    iterations only add two event records and a host clock around the call) or the result says it is not: 20
+    iterations of a 1 ms query on an H100 came out 17 % apart with nothing else on the GPU."""
     for t in raw["trials"]:
         if t["status"] != "ok":
             continue
@@ -40,7 +41,9 @@ def test_phases_add_up_to_latency(raw, doc) -> None:
         if r["status"] != "ok":
             continue
         parts = r["h2d_ms"] + r["gpu_compute_ms"] + r["d2h_ms"]
-        assert parts == pytest.approx(r["latency_ms"]["mean"], rel=0.1, abs=0.08)
+        assert parts == pytest.approx(r["phase_latency_ms"], rel=1e-3, abs=2e-3)
+        near = parts == pytest.approx(r["latency_ms"]["mean"], rel=0.1, abs=0.08)
+        assert near != ("phases_apart" in [d["id"] for d in r["diagnoses"]]), (r["backend"], r["batch_size"], parts)
         if r["backend"].startswith("onnxruntime"):  # its call waits for the GPU: no enqueue time to give
             assert r["enqueue_ms"] is None and r["null_reasons"]["enqueue_ms"]
         else:

@@ -18,6 +18,11 @@ ENQUEUE_BOUND_RATIO = 0.8
 #: Transfer-bound: host↔device copies take at least this share of the GPU compute time (trtexec's "throughput may
 #: be bound by data transfers"). Keep data on the GPU, or pin and overlap the copies.
 TRANSFER_BOUND_RATIO = 1.0
+#: Phases apart: the H2D / compute / D2H split comes from separate iterations (see ``bench.trial``); when their mean
+#: first-to-last time differs from the timed mean latency by more than this share (and by more than
+#: :data:`PHASES_APART_MIN_MS`), the split is not a breakdown of the latency reported and the result says so.
+PHASES_APART_FRACTION = 0.1
+PHASES_APART_MIN_MS = 0.08
 #: The batch-size knee: the smallest batch whose throughput is within this share of the backend's best.
 KNEE_FRACTION = 0.9
 PERCENTILES = (50, 90, 95, 99)
@@ -52,7 +57,8 @@ def _mean(samples: list[float] | None) -> float | None:
 
 
 def diagnoses(r: dict[str, Any]) -> list[dict[str, Any]]:
-    """trtexec's remarks on one result: ``enqueue_bound``, ``transfer_bound``, ``unstable`` (each with numbers)."""
+    """trtexec's remarks on one result: ``enqueue_bound``, ``transfer_bound``, ``unstable`` (each with numbers), and
+    ``phases_apart`` when the phase split's own iterations disagree with the timed latency."""
     found = []
     gpu, enq = r.get("gpu_compute_ms"), r.get("enqueue_ms")
     if gpu and enq is not None and enq >= ENQUEUE_BOUND_RATIO * gpu:
@@ -67,6 +73,13 @@ def diagnoses(r: dict[str, Any]) -> list[dict[str, Any]]:
                       "message": f"transfer-bound: copies take {h2d + d2h:.3g} ms (H2D {h2d:.3g}, D2H {d2h:.3g}) "
                                  f"against {gpu:.3g} ms of compute; keep inputs/outputs on the GPU or overlap "
                                  "the copies"})
+    phases, lat = r.get("phase_latency_ms"), (r.get("latency_ms") or {}).get("mean")
+    if phases is not None and lat and abs(phases - lat) > max(PHASES_APART_FRACTION * lat, PHASES_APART_MIN_MS):
+        found.append({"id": "phases_apart", "phase_latency_ms": phases, "latency_mean_ms": lat,
+                      "message": f"phases apart: the H2D / compute / D2H split comes from its own iterations, whose "
+                                 f"mean of {phases:.3g} ms is {100.0 * (phases - lat) / lat:+.0f} % off the timed "
+                                 f"mean latency of {lat:.3g} ms; read the split as shares, not as parts of that "
+                                 "latency (time more iterations, quiet the machine)"})
     cv = r.get("cv_pct")
     if cv is not None and cv > UNSTABLE_CV_PCT:
         found.append({"id": "unstable", "cv_pct": cv,
@@ -92,6 +105,7 @@ def result_row(t: dict[str, Any], precision: str, tokens_per_sample: float | Non
         "latency_ms": latency_stats(t.get("latency_ms") or []) if measured else None,
         "h2d_ms": _mean(t.get("h2d_ms")), "gpu_compute_ms": compute if on_gpu else None,
         "d2h_ms": _mean(t.get("d2h_ms")), "enqueue_ms": _mean(t.get("enqueue_ms")),
+        "phase_latency_ms": _mean(t.get("phase_latency_ms")) if on_gpu else None,
         "compute_ms": compute if measured else None,
         "cv_pct": cv_pct(t.get("latency_ms") or []) if measured else None,
         "iterations": n, "wall_s": t.get("wall_s") or 0.0,

@@ -158,7 +158,8 @@ def _time(trial: Trial, runner: Runner, host: tuple[Any, ...], buffers: tuple[An
     target = settings.iterations if settings.duration_s is None else None
     call, flat = _call(runner)
     if not cuda:
-        trial.null_reasons = {k: CPU_NULL_REASON for k in ("h2d_ms", "gpu_compute_ms", "d2h_ms", "enqueue_ms")}
+        trial.null_reasons = {k: CPU_NULL_REASON for k in ("h2d_ms", "gpu_compute_ms", "d2h_ms", "enqueue_ms",
+                                                            "phase_latency_ms")}
         for _ in range(settings.warmup):
             call()
         start = time.perf_counter()
