@@ -142,6 +142,34 @@ def test_innermost_op_looked_up_a_block_of_times_at_a_time(block: int, monkeypat
     _check(_table(tid, start, dur), [queries])
 
 
+@pytest.mark.parametrize("block", [1, 3, 50])
+@pytest.mark.parametrize("seed", range(12))
+def test_ops_nested_a_block_of_rows_at_a_time(block: int, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A big table is nested in blocks that start where a thread has nothing open (memory bounded by the block,
+    not by the table): any block size gives the stack walk's answer, crossings and equal starts included."""
+    from dnnprof.ingest import nesting
+
+    monkeypatch.setattr(nesting, "_NEST_ROWS", block)
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(2, 1500))
+    threads = [1, 2, 7, n][seed % 4]
+    start = rng.integers(0, [40, 4000, 10**6][seed % 3], n) * [1, 1000][seed % 2]
+    dur = rng.integers(0, [30, 400, 10**4][seed % 3], n) * [1, 1000][seed % 2]
+    dur[rng.random(n) < 0.2] = 0
+    tid = rng.integers(0, threads, n)
+    blocks = nesting._blocks(*_grouped(_table(tid, start, dur)), block)
+    assert blocks[0] == 0 and blocks[-1] == n and (np.diff(blocks) > 0).all()
+    if seed % 3 == 2 and block < n:  # spread-out times leave the walk empty often: the table is cut
+        assert blocks.size > 2
+    _check(_table(tid, start, dur), [])
+
+
+def _grouped(t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    order = np.argsort(t["tid"], kind="stable")
+    s = t["start_ns"][order]
+    return s, s + t["dur_ns"][order], np.unique(t["tid"][order], return_inverse=True)[1].reshape(-1)
+
+
 def test_the_stack_walk_fallback_on_some_threads_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """A thread of overlapping, unnested ranges (the rounds do not settle) next to threads that nest plainly."""
     from dnnprof.ingest import nesting

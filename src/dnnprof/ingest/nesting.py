@@ -37,13 +37,47 @@ def nest(t: dict[str, np.ndarray]) -> None:
     tids = t["tid"][order]
     first = np.concatenate(([True], tids[1:] != tids[:-1]))
     thread = np.cumsum(first) - 1  # thread number of every position
-    bounds = np.append(np.flatnonzero(first), n)
     starts = t["start_ns"][order]
     ends = starts + t["dur_ns"][order]
-    parent, depth = _nest_threads(starts, ends, thread, int(np.diff(bounds).max()))
+    parent = np.empty(n, dtype=np.int64)
+    depth = np.empty(n, dtype=np.int64)
+    blocks = _blocks(starts, ends, thread, _NEST_ROWS)
+    for a, b in zip(blocks[:-1].tolist(), blocks[1:].tolist(), strict=True):
+        local = thread[a:b] - thread[a]
+        runs = np.diff(np.append(np.flatnonzero(np.concatenate(([True], local[1:] != local[:-1]))), b - a))
+        p, d = _nest_threads(starts[a:b], ends[a:b], local, int(runs.max()))
+        parent[a:b] = np.where(p >= 0, p + a, -1)
+        depth[a:b] = d
     parent, depth = _uncross(parent, depth, ends)
     t["parent_row"][order] = np.where(parent >= 0, order[np.maximum(parent, 0)], -1)
     t["depth"][order] = depth
+
+
+#: Rows nested at once by :func:`nest`: whole top-level stretches of a thread are taken together up to about this
+#: many rows (the array method's temporaries are a few dozen columns of the rows it is given).
+_NEST_ROWS = 1 << 20
+
+
+def _blocks(s: np.ndarray, e: np.ndarray, thread: np.ndarray, rows: int) -> np.ndarray:
+    """Positions that split ops grouped by thread into blocks of about ``rows`` that nest independently: each
+    block starts where its thread's stack walk has nothing open (every earlier op of the thread ended at or before
+    that start), so the walk gives the same answer on the block alone. One block when there are few rows, or when
+    the times do not allow the thread-keyed comparison below without overflow."""
+    n = s.size
+    whole = np.array([0, n], dtype=np.int64)
+    if n <= rows or (e < s).any():
+        return whole
+    lo = int(s.min())
+    span = int(e.max()) - lo + 1
+    if (int(thread[-1]) + 1) * span >= 2**62:
+        return whole
+    base = thread.astype(np.int64) * span  # times from ``lo`` lie in [0, span): thread keys never overlap
+    # the latest end so far, keyed by thread: an earlier thread's keys all lie below this thread's starts
+    latest = np.maximum.accumulate(base + (e - lo))
+    free = np.flatnonzero(base[1:] + (s[1:] - lo) >= latest[:-1]) + 1
+    del base, latest
+    starts = free[np.flatnonzero(np.diff(free // rows, prepend=0))]  # the first free position of each stretch of rows
+    return np.concatenate(([0], starts, [n])).astype(np.int64)
 
 
 def _uncross(parent: np.ndarray, depth: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
