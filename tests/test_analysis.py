@@ -183,3 +183,39 @@ def test_host_ops_self_time_against_raw_nesting() -> None:
     assert by["aten::linear"].self_ns == expected
     assert by["aten::linear"].calls == lin.size
     assert sum(r.self_pct for r in rows) == pytest.approx(100)
+
+
+@pytest.mark.parametrize("block", [1, 5, 64])
+def test_host_ops_summed_a_block_of_rows_at_a_time(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Children's time is added to their parents a block of ops at a time (a big trace's temporaries are a block's):
+    the same rows, to the nanosecond, whatever the block."""
+    from dnnprof.analysis import host_ops as mod
+
+    p = read_kineto(CPU_MLP)
+    whole = mod.host_ops(p)
+    monkeypatch.setattr(mod, "_BLOCK_ROWS", block)
+    assert p.tables["ops"]["start_ns"].size > 4 * block
+    assert mod.host_ops(p) == whole
+
+
+@pytest.mark.parametrize("block", [1, 2, 5, 1 << 20])
+@pytest.mark.parametrize("seed", range(6))
+def test_inherit_gives_the_nearest_labelled_ancestor_whatever_the_block(block: int, seed: int,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The value of each op's nearest labelled ancestor-or-self, as a walk in row order (parents come first) gives
+    it, when rows are updated a block at a time."""
+    from dnnprof.analysis import attribution as mod
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    parent = np.array([-1 if i == 0 or rng.random() < 0.1 else int(rng.integers(max(0, i - [3, 50][seed % 2]), i))
+                       for i in range(n)], dtype=np.int32)
+    own = np.where(rng.random(n) < [0.05, 0.3, 0.0][seed % 3], rng.integers(0, 1000, n), -1)
+    want = []
+    for i in range(n):
+        want.append(int(own[i]) if own[i] >= 0 else (want[parent[i]] if parent[i] >= 0 else -1))
+    monkeypatch.setattr(mod, "_INHERIT_ROWS", block)
+    own_before, parent_before = own.copy(), parent.copy()
+    got = mod.inherit(own, parent)
+    assert got.tolist() == want and got.dtype == np.int64
+    assert (own == own_before).all() and (parent == parent_before).all()  # the caller's columns are not written

@@ -84,16 +84,29 @@ class Attribution:
 def inherit(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """For every op, the value of its nearest ancestor-or-self whose ``own`` value is >= 0 (-1 when none).
 
-    Pointer jumping: O(n log depth) with numpy, no Python loop over rows.
+    Pointer jumping: O(n log depth) with numpy, no Python loop over rows. Rows are updated a block at a time (a big
+    trace's temporaries are a block's): a row may then read a pointer or value already moved on in this round,
+    which only gets it there sooner. Each row keeps pointing at an ancestor whose answer is its own, with no
+    labelled op in between, so the answer does not depend on the blocks.
     """
-    lab = own.astype(np.int64).copy()
-    p = parent.astype(np.int64).copy()
+    lab = own.astype(np.int64)  # copies: the caller's columns stay as they are
+    p = parent.astype(np.int64)
     while True:
-        need = np.flatnonzero((lab < 0) & (p >= 0))
-        if need.size == 0:
+        moved = False
+        for a in range(0, lab.size, _INHERIT_ROWS):
+            need = np.flatnonzero((lab[a:a + _INHERIT_ROWS] < 0) & (p[a:a + _INHERIT_ROWS] >= 0)) + a
+            if need.size == 0:
+                continue
+            moved = True
+            up = p[need]
+            lab[need] = lab[up]
+            p[need] = p[up]
+        if not moved:
             return lab
-        lab[need] = lab[p[need]]
-        p[need] = p[p[need]]
+
+
+#: Rows :func:`inherit` updates at once.
+_INHERIT_ROWS = 1 << 20
 
 
 def _flag(codes: tuple[np.ndarray, np.ndarray], pred: object) -> np.ndarray:
@@ -105,11 +118,12 @@ def _flag(codes: tuple[np.ndarray, np.ndarray], pred: object) -> np.ndarray:
 def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     ops = profile.tables["ops"]
     n = ops["start_ns"].size
-    names = profile.names(ops["name_id"]).astype(object)
     codes = unique_strings(ops["name_id"], np.asarray([*profile.strings, ""], dtype=object))
     parent = ops["parent_row"]
     cat = ops["category"]
-    rows = np.arange(n, dtype=np.int64)
+
+    def names(rows: np.ndarray) -> np.ndarray:  # the names of some ops (an object column of every op is 8 B a row)
+        return profile.names(ops["name_id"][rows])
 
     # Own module label (a string id), -1 when the op is not a module range.
     own_module = np.full(n, -1, dtype=np.int64)
@@ -120,8 +134,9 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     for sel, fmt in ((dn, _dnnprof_layer), (tm, lambda s: s[len(_TORCH_MODULE_PREFIX):])):
         idx = np.flatnonzero(sel)
         if idx.size:
-            labels = {s: profile.intern(fmt(s)) for s in set(names[idx].tolist())}
-            own_module[idx] = [labels[s] for s in names[idx]]
+            own = names(idx)
+            labels = {s: profile.intern(fmt(s)) for s in set(own.tolist())}
+            own_module[idx] = [labels[s] for s in own]
     hier = np.flatnonzero((ops["module_id"] >= 0) & (own_module < 0))
     if hier.size:
         own_module[hier] = ops["module_id"][hier]
@@ -139,10 +154,11 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     # optimizer range that ran a closure: its forward's ops are the layers, not ``Optimizer.step#``.
     transparent = step_marker | dn | tm | is_py | closure
     # Outermost op below the step marker (the op-level "layer").
-    anchor = np.where((parent < 0) | transparent[np.clip(parent, 0, None)], rows, -1)
+    anchor = np.where((parent < 0) | transparent[np.clip(parent, 0, None)], np.arange(n, dtype=np.int64), -1)
     anchor[transparent] = -1
     top_op = inherit(anchor, np.where(transparent[np.clip(parent, 0, None)], -1, parent))
-    top_op = np.where(transparent, -1, top_op)
+    del anchor
+    top_op[transparent] = -1
 
     def inherited_flag(own: np.ndarray) -> np.ndarray:
         return inherit(np.where(own, 1, -1), parent) > 0
@@ -160,9 +176,11 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     lift = engine[par] & (fwd_own[par] < 0)
     fwd_own[par[lift]] = fwd_own[linked_rows[lift]]
     fwd_link = inherit(fwd_own, parent)
+    del fwd_own, linked_rows, par
     module = inherit(own_module, parent)
+    del own_module
     # Top-level multi-tensor ops outside modules: gradient clipping, GradScaler's unscale and update.
-    side = (module < 0) & ~backward & (top_op == rows) & _flag(codes,
+    side = (module < 0) & ~backward & (top_op == np.arange(n)) & _flag(codes,
                                                                lambda s: s.startswith(_OPTIMIZER_SIDE_OPS))
     optimizer |= inherited_flag(side)
     # Backward ops take the module (and op-level layer) of the forward op their autograd node came from.
@@ -175,17 +193,19 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     own_src = np.full(n, -1, dtype=np.int64)
     py_rows = np.flatnonzero(is_py)
     if py_rows.size:
-        frames = {s_: _user_frame(s_) for s_ in set(names[py_rows].tolist())}
+        py_names = names(py_rows)
+        frames = {s_: _user_frame(s_) for s_ in set(py_names.tolist())}
         labels = {f: profile.intern(f) for f in set(frames.values()) if f}
-        own_src[py_rows] = [labels.get(frames[s_], -1) for s_ in names[py_rows]]
+        own_src[py_rows] = [labels.get(frames[s_], -1) for s_ in py_names]
     source = inherit(own_src, parent)
+    del own_src
     src_linked = (source < 0) & (fwd_link >= 0)
     source[src_linked] = source[fwd_link[src_linked]]
     input_copy = _flag(codes, lambda s: s in _INPUT_COPY_OPS)
     top_input_copy = np.zeros(n, dtype=bool)
     ok = top_op >= 0
     top_input_copy[ok] = input_copy[top_op[ok]]
-    return {"names": names, "name_id": ops["name_id"], "module": module, "top_op": top_op, "optimizer": optimizer,
+    return {"name_id": ops["name_id"], "module": module, "top_op": top_op, "optimizer": optimizer,
             "backward": backward, "dataloader": dataloader, "input_copy": top_input_copy, "source": source}
 
 
@@ -196,33 +216,34 @@ def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own
 
     Without a closure nothing backward begins inside the range and the first is every op under it.
     """
-    rows = np.arange(own.size, dtype=np.int64)
-    root = inherit(np.where(own, rows, -1), parent)  # nearest optimizer range around (or at) each op
+    # the nearest optimizer range around (or at) each op
+    root = inherit(np.where(own, np.arange(own.size, dtype=np.int64), -1), parent)
     inside = root >= 0
     closure = np.zeros(own.size, dtype=bool)
     if not inside.any():
         return inside, closure
-    start, end = ops["start_ns"], ops["start_ns"] + ops["dur_ns"]
+    start, dur = ops["start_ns"], ops["dur_ns"]
     rank = ops["rank"] if "rank" in ops else np.zeros(own.size, dtype=np.int64)
     bwd = np.flatnonzero(backward_own)
     idx = np.flatnonzero(inside)
     roots, which = np.unique(root[idx], return_inverse=True)
     cuts = start[roots].astype(np.int64)
+    root_end = start[roots] + dur[roots]
     if bwd.size:
         # Backward ops by (rank, start): those that began inside a range are one slice, found by binary search.
         b = bwd[np.lexsort((start[bwd], rank[bwd]))]
-        b_rank, b_start, b_end = rank[b], start[b], end[b]
+        b_rank, b_start, b_end = rank[b], start[b], start[b] + dur[b]
         for k, r in enumerate(roots.tolist()):  # one per optimizer call in the trace
             lo_r, hi_r = np.searchsorted(b_rank, rank[r], side="left"), np.searchsorted(b_rank, rank[r], side="right")
             mine = b_start[lo_r:hi_r]
             lo = lo_r + int(np.searchsorted(mine, start[r], side="left"))
-            hi = lo_r + int(np.searchsorted(mine, end[r], side="left"))
+            hi = lo_r + int(np.searchsorted(mine, root_end[k], side="left"))
             if hi > lo:
                 cuts[k] = max(cuts[k], int(b_end[lo:hi].max()))
-    cut_of = np.zeros(own.size, dtype=np.int64)
-    cut_of[idx] = cuts[which]
     closure[roots[cuts > start[roots]]] = True
-    return inside & (start >= cut_of), closure
+    after = np.zeros(own.size, dtype=bool)  # inside a range, from its cut on
+    after[idx] = start[idx] >= cuts[which.reshape(-1)]
+    return after, closure
 
 
 _FRAME = re.compile(r"^(?P<path>.+?\.py)\((?P<line>\d+)\): (?P<func>.+)$")
@@ -264,7 +285,7 @@ def attribute(profile: Profile, table: str = "kernels") -> Attribution:
     f = _op_features(profile)
     has_op = op_row >= 0
     r = np.clip(op_row, 0, None)
-    if f["names"].size == 0:
+    if f["name_id"].size == 0:
         has_op[:] = False
         r[:] = 0
         f = {k: np.zeros(1, dtype=v.dtype) if v.dtype != object else np.array([""], dtype=object)
@@ -280,7 +301,7 @@ def attribute(profile: Profile, table: str = "kernels") -> Attribution:
     strings = np.asarray([*profile.strings, ""], dtype=object)
     layer = np.where(module >= 0, strings[np.where(module >= 0, module, -1)], "")
     op_level = (module < 0) & (top >= 0)
-    layer[op_level] = f["names"][top[op_level]]
+    layer[op_level] = profile.names(f["name_id"][top[op_level]])
     layer_id = np.where(module >= 0, module, -1)
     layer_id[op_level] = f["name_id"][top[op_level]]
     phase = np.full(n, PHASES.index("forward"), dtype=np.int8)
@@ -288,7 +309,7 @@ def attribute(profile: Profile, table: str = "kernels") -> Attribution:
     phase[has_op & f["optimizer"][r]] = PHASES.index("optimizer")
     other = ~has_op | (has_op & f["dataloader"][r]) | (has_op & (module < 0) & f["input_copy"][r])
     phase[other] = PHASES.index("other")
-    op_name = np.where(has_op, f["names"][r], "")
+    op_name = np.where(has_op, profile.names(f["name_id"][r]), "")
     src_id = np.where(has_op, f["source"][r], -1)
     source = np.where(src_id >= 0, strings[np.where(src_id >= 0, src_id, -1)], "").astype(object)
     dur = t["dur_ns"].astype(np.float64)

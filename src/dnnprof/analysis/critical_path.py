@@ -122,7 +122,7 @@ def _phase_intervals(p: Profile, rank: int, feats: dict[str, np.ndarray],
     """Per phase, the merged intervals of the rank's ops in it (exclusive: data > optimizer > backward > forward)."""
     ops = p.tables["ops"]
     rows = np.flatnonzero((ops["rank"] == rank) & ~np.isin(ops["tid"], list(skip_tids)))
-    names = feats["names"][rows]
+    names = p.names(feats["name_id"][rows])
     fwd_named = np.fromiter((any(m in str(n) for m in _FORWARD_MARKS) for n in names), dtype=bool, count=rows.size)
     is_step = np.fromiter((str(n).startswith("ProfilerStep#") for n in names), dtype=bool, count=rows.size)
     rows, fwd_named = rows[~is_step], fwd_named[~is_step]

@@ -24,17 +24,27 @@ class HostOpRow:
     self_pct: float  # of all cpu_op self time
 
 
+#: Ops whose time is added to their parents' at once by :func:`host_ops`.
+_BLOCK_ROWS = 1 << 20
+
+
 def host_ops(profile: Profile, rank: int = 0) -> list[HostOpRow]:
     """Every cpu_op name with calls, total and self time, sorted by self time."""
     ops = profile.tables["ops"]
     n = ops["start_ns"].size
     if n == 0:
         return []
-    dur = ops["dur_ns"].astype(np.int64)
+    dur = np.asarray(ops["dur_ns"], dtype=np.int64)
     parent = ops["parent_row"]
-    has_parent = parent >= 0
-    child_time = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=n).astype(np.int64)
-    self_ns = np.maximum(dur - child_time, 0)
+    # Each op's children's time, a block of rows at a time (a big trace's temporaries are a block's, not the
+    # table's); summed in row order in float64, as np.bincount would.
+    child = np.zeros(n, dtype=np.float64)
+    for a in range(0, n, _BLOCK_ROWS):
+        p = parent[a:a + _BLOCK_ROWS]
+        keep = p >= 0
+        np.add.at(child, p[keep], dur[a:a + _BLOCK_ROWS][keep].astype(np.float64))
+    child_time = child.astype(np.int64)
+    del child
     sel = (ops["rank"] == rank) & (ops["category"] == OP_CATEGORIES.index("cpu_op"))
     if (profile.tables["steps"]["rank"] == rank).any():
         sel &= ops["step"] >= 0
@@ -45,7 +55,7 @@ def host_ops(profile: Profile, rank: int = 0) -> list[HostOpRow]:
     uniq, inv = np.unique(ids, return_inverse=True)
     calls = np.bincount(inv)
     tot = np.bincount(inv, weights=dur[idx])
-    slf = np.bincount(inv, weights=self_ns[idx])
+    slf = np.bincount(inv, weights=np.maximum(dur[idx] - child_time[idx], 0))
     grand = float(slf.sum()) or 1.0
     rows = [HostOpRow(profile.strings[int(u)], int(c), int(t), int(s), 100.0 * s / grand)
             for u, c, t, s in zip(uniq.tolist(), calls.tolist(), tot.tolist(), slf.tolist(), strict=True)]

@@ -37,6 +37,7 @@ def nest(t: dict[str, np.ndarray]) -> None:
     tids = t["tid"][order]
     first = np.concatenate(([True], tids[1:] != tids[:-1]))
     thread = np.cumsum(first) - 1  # thread number of every position
+    del tids, first
     starts = t["start_ns"][order]
     ends = starts + t["dur_ns"][order]
     parent = np.empty(n, dtype=np.int64)
@@ -236,18 +237,26 @@ def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarr
     out = np.full(t.shape, -1, dtype=np.int32)
     if ops["start_ns"].size == 0 or t.size == 0:
         return out
-    starts, ends, parent = ops["start_ns"], ops["start_ns"] + ops["dur_ns"], ops["parent_row"]
+    starts, parent = ops["start_ns"], ops["parent_row"]
     order = np.argsort(ops["tid"], kind="stable")  # ops by thread, by start within one
-    op_tid = ops["tid"][order]
-    threads = distinct(op_tid)
-    ranks = distinct(starts)
+    threads = distinct(ops["tid"])
+    ranks = starts[np.concatenate(([True], starts[1:] != starts[:-1]))] if _ascending(starts) else distinct(starts)
     width = 2 * ranks.size + 1
     # a start's key is even, a time's odd and just above the starts at or before it: "last start <= t" is one search
-    op_key = np.searchsorted(threads, op_tid).astype(np.int64) * width + 2 * np.searchsorted(ranks, starts[order])
+    op_key = np.empty(order.size, dtype=np.int64)
+    for lo in range(0, order.size, _QUERY_ROWS):  # a block of ops at a time: temporaries of a block, not of the ops
+        o = order[lo:lo + _QUERY_ROWS]
+        op_key[lo:lo + o.size] = np.searchsorted(threads, ops["tid"][o]).astype(np.int64) * width \
+            + 2 * np.searchsorted(ranks, starts[o])
     for lo in range(0, t.size, _QUERY_ROWS):  # the times a block at a time: temporaries of a block, not of t
         hi = lo + _QUERY_ROWS
-        out[lo:hi] = _innermost(tid[lo:hi], t[lo:hi], threads, ranks, width, op_key, order, ends, parent)
+        out[lo:hi] = _innermost(tid[lo:hi], t[lo:hi], threads, ranks, width, op_key, order, ops, parent)
     return out
+
+
+def _ascending(a: np.ndarray) -> bool:
+    """Whether ``a`` is sorted (a reader's ops are, by start): its distinct values need no sort then."""
+    return bool((a[1:] >= a[:-1]).all())
 
 
 #: Times looked up at once by :func:`innermost_enclosing` (a dozen temporaries of this many rows).
@@ -255,7 +264,7 @@ _QUERY_ROWS = 1 << 20
 
 
 def _innermost(tid: np.ndarray, t: np.ndarray, threads: np.ndarray, ranks: np.ndarray, width: int,
-               op_key: np.ndarray, order: np.ndarray, ends: np.ndarray, parent: np.ndarray) -> np.ndarray:
+               op_key: np.ndarray, order: np.ndarray, ops: dict[str, np.ndarray], parent: np.ndarray) -> np.ndarray:
     out = np.full(t.shape, -1, dtype=np.int32)
     at = np.minimum(np.searchsorted(threads, tid), threads.size - 1)
     q = np.flatnonzero(threads[at] == tid)  # times on a thread that has ops
@@ -268,8 +277,10 @@ def _innermost(tid: np.ndarray, t: np.ndarray, threads: np.ndarray, ranks: np.nd
     q, cand = q[ok], order[i[ok]]
     tq = t[q]
     live = np.arange(q.size)
+    starts, durs = ops["start_ns"], ops["dur_ns"]
     for _ in range(256):  # walk up the nesting until the candidate encloses the time
-        live = live[ends[cand[live]] <= tq[live]]
+        c = cand[live]
+        live = live[starts[c] + durs[c] <= tq[live]]
         if live.size == 0:
             break
         cand[live] = parent[cand[live]]
