@@ -122,9 +122,9 @@ def _phase_intervals(p: Profile, rank: int, feats: dict[str, np.ndarray],
     """Per phase, the merged intervals of the rank's ops in it (exclusive: data > optimizer > backward > forward)."""
     ops = p.tables["ops"]
     rows = np.flatnonzero((ops["rank"] == rank) & ~np.isin(ops["tid"], list(skip_tids)))
-    names = p.names(feats["name_id"][rows])
-    fwd_named = np.fromiter((any(m in str(n) for m in _FORWARD_MARKS) for n in names), dtype=bool, count=rows.size)
-    is_step = np.fromiter((str(n).startswith("ProfilerStep#") for n in names), dtype=bool, count=rows.size)
+    ids = feats["name_id"][rows]
+    fwd_named = p.names_where(ids, lambda s: any(m in s for m in _FORWARD_MARKS))
+    is_step = p.names_where(ids, lambda s: s.startswith("ProfilerStep#"))
     rows, fwd_named = rows[~is_step], fwd_named[~is_step]
     s = ops["start_ns"][rows]
     e = s + ops["dur_ns"][rows]

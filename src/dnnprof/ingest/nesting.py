@@ -44,9 +44,8 @@ def nest(t: dict[str, np.ndarray]) -> None:
     depth = np.empty(n, dtype=np.int64)
     blocks = _blocks(starts, ends, thread, _NEST_ROWS)
     for a, b in zip(blocks[:-1].tolist(), blocks[1:].tolist(), strict=True):
-        local = thread[a:b] - thread[a]
-        runs = np.diff(np.append(np.flatnonzero(np.concatenate(([True], local[1:] != local[:-1]))), b - a))
-        p, d = _nest_threads(starts[a:b], ends[a:b], local, int(runs.max()))
+        local = thread[a:b] - thread[a]  # 0, 1, … ascending: the longest thread of the block is a bincount
+        p, d = _nest_threads(starts[a:b], ends[a:b], local, int(np.bincount(local).max()))
         parent[a:b] = np.where(p >= 0, p + a, -1)
         depth[a:b] = d
     parent, depth = _uncross(parent, depth, ends)
@@ -240,7 +239,7 @@ def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarr
     starts, parent = ops["start_ns"], ops["parent_row"]
     order = np.argsort(ops["tid"], kind="stable")  # ops by thread, by start within one
     threads = distinct(ops["tid"])
-    ranks = starts[np.concatenate(([True], starts[1:] != starts[:-1]))] if _ascending(starts) else distinct(starts)
+    ranks = distinct(starts)
     width = 2 * ranks.size + 1
     # a start's key is even, a time's odd and just above the starts at or before it: "last start <= t" is one search
     op_key = np.empty(order.size, dtype=np.int64)
@@ -252,11 +251,6 @@ def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarr
         hi = lo + _QUERY_ROWS
         out[lo:hi] = _innermost(tid[lo:hi], t[lo:hi], threads, ranks, width, op_key, order, ops, parent)
     return out
-
-
-def _ascending(a: np.ndarray) -> bool:
-    """Whether ``a`` is sorted (a reader's ops are, by start): its distinct values need no sort then."""
-    return bool((a[1:] >= a[:-1]).all())
 
 
 #: Times looked up at once by :func:`innermost_enclosing` (a dozen temporaries of this many rows).
@@ -290,6 +284,7 @@ def _innermost(tid: np.ndarray, t: np.ndarray, threads: np.ndarray, ranks: np.nd
 
 
 def distinct(a: np.ndarray) -> np.ndarray:
-    """Sorted distinct values: np.unique without its first-call import of numpy.ma (~20 ms)."""
-    v = np.sort(a)
+    """Sorted distinct values: np.unique without its first-call import of numpy.ma (~20 ms), and without a sort of
+    values already in order (a reader's ops, by start)."""
+    v = a if bool((a[1:] >= a[:-1]).all()) else np.sort(a)
     return v[np.concatenate(([True], v[1:] != v[:-1]))] if v.size else v
