@@ -435,17 +435,19 @@ def _add_events(cols: EventColumns, events: list[Any]) -> None:
     """Bucket complete events by category into ``cols``; keep ``fwdbwd`` flow points (any other phase) and
     ``[memory]`` instants."""
     buckets: defaultdict[str, list[Any]] = defaultdict(list)
-    flows = cols.flows
+    flows: list[Any] = []
     instants: list[Any] = []
     complete, instant = _Complete, _Instant
     for e in events:
         if type(e) is complete:
             buckets[e.cat].append(e)
         elif e.cat == "fwdbwd":
-            flows.append((type(e) is _FLOW_START, e.id, e.tid, e.ts))
+            flows.append(e)
         elif type(e) is instant:
             instants.append(e)
     cols.add(buckets)
+    if flows:
+        cols.add_flows([type(e) is _FLOW_START for e in flows], flows)
     if instants:
         cols.add_memory([e for e in instants if e.name == MEMORY_EVENT and e.args is not None])
 

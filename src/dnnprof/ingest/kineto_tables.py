@@ -18,6 +18,7 @@ import numpy as np
 
 from dnnprof.ingest.collectives import CollectiveArgs, collectives_table
 from dnnprof.ingest.column_spill import NAME_COLUMNS, LazyTable, SpilledColumns
+from dnnprof.ingest.flow_points import NS_LIMIT, FlowPoints
 from dnnprof.ingest.nesting import innermost_enclosing, nest
 from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.profile import Profile
@@ -102,8 +103,6 @@ def _floats(values: list[Any]) -> np.ndarray:
 _GRID_UNKNOWN = (-1, -1, -1)
 
 
-#: Timestamps are clipped to ±2**62 ns (146 years) before conversion: a float beyond int64 would cast to garbage.
-_NS_LIMIT = float(2**62)
 
 
 #: Rows gathered at a time when a table is filled in time order (8 MiB per 64-bit column).
@@ -112,7 +111,7 @@ _BLOCK_ROWS = 1 << 20
 
 def _ns(values: np.ndarray) -> np.ndarray:
     x = values * 1000.0
-    np.clip(x, -_NS_LIMIT, _NS_LIMIT, out=x)  # in place: one temporary of the column's size, not three
+    np.clip(x, -NS_LIMIT, NS_LIMIT, out=x)  # in place: one temporary of the column's size, not three
     np.rint(x, out=x)
     return x.astype(np.int64)
 
@@ -179,7 +178,7 @@ class EventColumns:
         self._parts: dict[str, list[dict[str, np.ndarray]]] = {}
         self._spill = spill  # where the columns go as they come, for big traces (None: kept in memory)
         self._memory: list[dict[str, np.ndarray]] = []  # columns of `[memory]` instants, per chunk
-        self.flows: list[tuple[bool, Any, Any, Any]] = []  # fwdbwd flow points: (is_start, id, tid, ts_us)
+        self.flows = FlowPoints()  # fwdbwd flow points
         self.categories: Counter[str] = Counter()  # complete events per category as the file names it
         self.negative_durations = 0  # complete events with dur < 0, read as 0 long
         self.collectives = CollectiveArgs()  # torch.distributed's args of collective ops and kernels
@@ -250,6 +249,10 @@ class EventColumns:
         self.categories.update(later.categories)
         self.negative_durations += later.negative_durations
         self.collectives.extend(later.collectives)
+
+    def add_flows(self, is_start: list[bool], evs: list[Any]) -> None:
+        """One chunk's ``fwdbwd`` flow points (events with ``id``, ``tid`` and ``ts``), in file order."""
+        self.flows.add(is_start, [e.id for e in evs], _tids([e.tid for e in evs]), [e.ts for e in evs])
 
     def add_memory(self, evs: list[Any]) -> None:
         """Columns of one chunk's ``[memory]`` instants (allocations > 0 bytes, frees < 0), in file order."""
@@ -530,24 +533,12 @@ def link_by_correlation(gpu: dict[str, np.ndarray], runtime: dict[str, np.ndarra
     gpu["op_row"][:] = np.where(hit, runtime["op_row"][np.clip(gpu["launch_row"], 0, None)], -1)
 
 
-def fwdbwd(ops: dict[str, np.ndarray], flows: list[tuple[bool, Any, Any, Any]]) -> None:
-    """fwd_row of backward ops from `fwdbwd` flow pairs (start 's' at the forward op, end 'f' at the backward op)."""
-    if not flows or ops["start_ns"].size == 0:
+def fwdbwd(ops: dict[str, np.ndarray], flows: FlowPoints) -> None:
+    """fwd_row of backward ops from `fwdbwd` flow pairs (start 's' at the forward op, end 'f' at the backward op);
+    the flow points are used up."""
+    fwd_tid, fwd_ts, bwd_tid, bwd_ts = flows.pairs()
+    if fwd_tid.size == 0 or ops["start_ns"].size == 0:
         return
-    start: dict[Any, tuple[int, int]] = {}
-    end: dict[Any, tuple[int, int]] = {}
-    for is_start, fid, tid, ts in flows:
-        ns = ts * 1000
-        if not -_NS_LIMIT <= ns <= _NS_LIMIT:  # NaN or a time beyond int64 ns: the flow point is unusable
-            continue
-        (start if is_start else end)[fid] = (tid_of(tid), round(ns))
-    pairs = [(start[k], end[k]) for k in start.keys() & end.keys()]
-    if not pairs:
-        return
-    fwd_tid = np.array([p[0][0] for p in pairs])
-    fwd_ts = np.array([p[0][1] for p in pairs], dtype=np.int64)
-    bwd_tid = np.array([p[1][0] for p in pairs])
-    bwd_ts = np.array([p[1][1] for p in pairs], dtype=np.int64)
     fwd_rows = innermost_enclosing(ops, fwd_tid, fwd_ts)
     bwd_rows = innermost_enclosing(ops, bwd_tid, bwd_ts)
     ok = (fwd_rows >= 0) & (bwd_rows >= 0)
