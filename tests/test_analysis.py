@@ -217,5 +217,12 @@ def test_inherit_gives_the_nearest_labelled_ancestor_whatever_the_block(block: i
     monkeypatch.setattr(mod, "_INHERIT_ROWS", block)
     own_before, parent_before = own.copy(), parent.copy()
     got = mod.inherit(own, parent)
-    assert got.tolist() == want and got.dtype == np.int64
+    assert got.tolist() == want and got.dtype == np.int32  # rows and string ids: 32 bits, as the tables keep them
     assert (own == own_before).all() and (parent == parent_before).all()  # the caller's columns are not written
+
+
+def test_inherit_keeps_values_beyond_32_bits() -> None:
+    from dnnprof.analysis.attribution import inherit
+
+    got = inherit(np.array([2**40, -1, -1, -5]), np.array([-1, 0, 1, 2], dtype=np.int32))
+    assert got.tolist() == [2**40] * 4 and got.dtype == np.int64

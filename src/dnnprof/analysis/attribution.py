@@ -23,6 +23,7 @@ inside it has ended; the forward and backward it ran before keep their own phase
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -89,8 +90,10 @@ def inherit(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
     which only gets it there sooner. Each row keeps pointing at an ancestor whose answer is its own, with no
     labelled op in between, so the answer does not depend on the blocks.
     """
-    lab = own.astype(np.int64)  # copies: the caller's columns stay as they are
-    p = parent.astype(np.int64)
+    # copies (the caller's columns stay as they are), 32-bit where the values allow: rows and string ids
+    wide = own.size and (int(own.max()) > _INT32_MAX or int(own.min()) < -1 or own.size > _INT32_MAX)
+    lab = own.astype(np.int64 if wide else np.int32)
+    p = parent.astype(np.int64 if wide else np.int32)
     while True:
         moved = False
         for a in range(0, lab.size, _INHERIT_ROWS):
@@ -107,18 +110,31 @@ def inherit(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
 
 #: Rows :func:`inherit` updates at once.
 _INHERIT_ROWS = 1 << 20
+_INT32_MAX = 2**31 - 1
 
 
-def _flag(codes: tuple[np.ndarray, np.ndarray], pred: object) -> np.ndarray:
-    """``pred`` of every op's name, asked once per distinct name (``codes``: :func:`unique_strings` of the names)."""
-    uniq, inv = codes
-    return np.array([pred(n) for n in uniq.tolist()], dtype=bool)[inv]  # type: ignore[operator]
+def _name_test(profile: Profile, ids: np.ndarray) -> Callable[[Callable[[str], object]], np.ndarray]:
+    """``flag(pred)``: ``pred`` of the name of every id (-1: "") as a bool column, asked once per distinct id."""
+    n = len(profile.strings)
+    if ids.size and (int(ids.min()) < -1 or int(ids.max()) >= n):
+        ids = np.where((ids >= 0) & (ids < n), ids, -1)
+    present = np.flatnonzero(np.bincount(np.where(ids >= 0, ids, n), minlength=n + 1)).tolist() if ids.size else []
+    strings = profile.strings
+
+    def flag(pred: Callable[[str], object]) -> np.ndarray:
+        hit = np.zeros(n + 1, dtype=bool)  # hit[n] (read by id -1): the test of ""
+        hit[present] = [bool(pred(strings[i] if i < n else "")) for i in present]
+        return hit[ids]
+
+    return flag
 
 
 def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     ops = profile.tables["ops"]
     n = ops["start_ns"].size
-    codes = unique_strings(ops["name_id"], np.asarray([*profile.strings, ""], dtype=object))
+    # Row and string-id columns are 32-bit, as the table's own: a big trace's ops are tens of millions of rows.
+    rows32 = np.int32 if n <= _INT32_MAX else np.int64
+    flag = _name_test(profile, ops["name_id"])
     parent = ops["parent_row"]
     cat = ops["category"]
 
@@ -126,11 +142,11 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
         return profile.names(ops["name_id"][rows])
 
     # Own module label (a string id), -1 when the op is not a module range.
-    own_module = np.full(n, -1, dtype=np.int64)
+    own_module = np.full(n, -1, dtype=np.int32)
     is_annot = cat == OP_CATEGORIES.index("user_annotation")
     is_py = cat == OP_CATEGORIES.index("python_function")
-    dn = is_annot & _flag(codes, lambda s: s.startswith(MODULE_RANGE_PREFIX))
-    tm = is_py & _flag(codes, lambda s: s.startswith(_TORCH_MODULE_PREFIX))
+    dn = is_annot & flag(lambda s: s.startswith(MODULE_RANGE_PREFIX))
+    tm = is_py & flag(lambda s: s.startswith(_TORCH_MODULE_PREFIX))
     for sel, fmt in ((dn, _dnnprof_layer), (tm, lambda s: s[len(_TORCH_MODULE_PREFIX):])):
         idx = np.flatnonzero(sel)
         if idx.size:
@@ -143,36 +159,36 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
 
     # A step's own marker range (ProfilerStep#N, or a repeating NVTX range an nsys export's steps were cut from).
     marker_ids = profile.tables["steps"]["name_id"]
-    step_marker = is_annot & (_flag(codes, lambda s: s.startswith(_STEP_PREFIXES))
+    step_marker = is_annot & (flag(lambda s: s.startswith(_STEP_PREFIXES))
                               | np.isin(ops["name_id"], marker_ids[marker_ids >= 0]))
     # Phases, layers and source lines are inherited within a step, never across its marker.
     parent = np.where(step_marker, -1, parent)
-    optimizer_own = _flag(codes, lambda s: s.startswith(_OPTIMIZER_PREFIXES))
-    backward_own = _flag(codes, lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0)
+    optimizer_own = flag(lambda s: s.startswith(_OPTIMIZER_PREFIXES))
+    backward_own = flag(lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0)
     optimizer, closure = _optimizer_after_closure(ops, parent, optimizer_own, backward_own)
     # Python frames (with_stack) are call sites, not layers: look through them for the op-level layer. So is an
     # optimizer range that ran a closure: its forward's ops are the layers, not ``Optimizer.step#``.
     transparent = step_marker | dn | tm | is_py | closure
     # Outermost op below the step marker (the op-level "layer").
-    anchor = np.where((parent < 0) | transparent[np.clip(parent, 0, None)], np.arange(n, dtype=np.int64), -1)
+    anchor = np.where((parent < 0) | transparent[np.clip(parent, 0, None)], np.arange(n, dtype=rows32), -1)
     anchor[transparent] = -1
     top_op = inherit(anchor, np.where(transparent[np.clip(parent, 0, None)], -1, parent))
     del anchor
     top_op[transparent] = -1
 
     def inherited_flag(own: np.ndarray) -> np.ndarray:
-        return inherit(np.where(own, 1, -1), parent) > 0
+        return inherit(np.where(own, np.int8(1), np.int8(-1)), parent) > 0
 
     backward = inherited_flag(backward_own)
-    dataloader = inherited_flag(_flag(codes, lambda s: s.startswith(_DATALOADER_PREFIXES)))
+    dataloader = inherited_flag(flag(lambda s: s.startswith(_DATALOADER_PREFIXES)))
     # The fwdbwd flow ends on the autograd node op (``AddmmBackward0``); work the engine runs beside the node
     # under the same ``evaluate_function`` (e.g. the bias-gradient sum) must follow it too: lift the link up.
-    fwd_own = ops["fwd_row"].astype(np.int64).copy()
+    fwd_own = ops["fwd_row"].astype(rows32)  # a copy
     linked_rows = np.flatnonzero(fwd_own >= 0)
     par = parent[linked_rows]
     has_par = par >= 0
     linked_rows, par = linked_rows[has_par], par[has_par]
-    engine = _flag(codes, lambda s: s.startswith("autograd::engine::evaluate_function"))
+    engine = flag(lambda s: s.startswith("autograd::engine::evaluate_function"))
     lift = engine[par] & (fwd_own[par] < 0)
     fwd_own[par[lift]] = fwd_own[linked_rows[lift]]
     fwd_link = inherit(fwd_own, parent)
@@ -180,8 +196,8 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     module = inherit(own_module, parent)
     del own_module
     # Top-level multi-tensor ops outside modules: gradient clipping, GradScaler's unscale and update.
-    side = (module < 0) & ~backward & (top_op == np.arange(n)) & _flag(codes,
-                                                               lambda s: s.startswith(_OPTIMIZER_SIDE_OPS))
+    side = (module < 0) & ~backward & (top_op == np.arange(n, dtype=rows32)) & flag(
+        lambda s: s.startswith(_OPTIMIZER_SIDE_OPS))
     optimizer |= inherited_flag(side)
     # Backward ops take the module (and op-level layer) of the forward op their autograd node came from.
     linked = (module < 0) & (fwd_link >= 0)
@@ -190,7 +206,7 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     top_op[top_linked] = top_op[fwd_link[top_linked]]
     # Source line: the innermost Python frame of user code above the op (with_stack traces record frames as
     # python_function events named "path/file.py(123): func"); backward work takes its forward op's line.
-    own_src = np.full(n, -1, dtype=np.int64)
+    own_src = np.full(n, -1, dtype=np.int32)
     py_rows = np.flatnonzero(is_py)
     if py_rows.size:
         py_names = names(py_rows)
@@ -201,7 +217,7 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     del own_src
     src_linked = (source < 0) & (fwd_link >= 0)
     source[src_linked] = source[fwd_link[src_linked]]
-    input_copy = _flag(codes, lambda s: s in _INPUT_COPY_OPS)
+    input_copy = flag(lambda s: s in _INPUT_COPY_OPS)
     top_input_copy = np.zeros(n, dtype=bool)
     ok = top_op >= 0
     top_input_copy[ok] = input_copy[top_op[ok]]
@@ -217,7 +233,8 @@ def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own
     Without a closure nothing backward begins inside the range and the first is every op under it.
     """
     # the nearest optimizer range around (or at) each op
-    root = inherit(np.where(own, np.arange(own.size, dtype=np.int64), -1), parent)
+    root = inherit(np.where(own, np.arange(own.size, dtype=np.int32 if own.size <= _INT32_MAX else np.int64), -1),
+                   parent)
     inside = root >= 0
     closure = np.zeros(own.size, dtype=bool)
     if not inside.any():
