@@ -157,17 +157,12 @@ def test_ops_nested_a_block_of_rows_at_a_time(block: int, seed: int, monkeypatch
     dur = rng.integers(0, [30, 400, 10**4][seed % 3], n) * [1, 1000][seed % 2]
     dur[rng.random(n) < 0.2] = 0
     tid = rng.integers(0, threads, n)
-    blocks = nesting._blocks(*_grouped(_table(tid, start, dur)), block)
+    t = _table(tid, start, dur)
+    blocks = nesting._blocks(t, np.argsort(t["tid"], kind="stable"), np.unique(t["tid"]), block)
     assert blocks[0] == 0 and blocks[-1] == n and (np.diff(blocks) > 0).all()
     if seed % 3 == 2 and block < n:  # spread-out times leave the walk empty often: the table is cut
         assert blocks.size > 2
     _check(_table(tid, start, dur), [])
-
-
-def _grouped(t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    order = np.argsort(t["tid"], kind="stable")
-    s = t["start_ns"][order]
-    return s, s + t["dur_ns"][order], np.unique(t["tid"][order], return_inverse=True)[1].reshape(-1)
 
 
 def test_the_stack_walk_fallback_on_some_threads_only(monkeypatch: pytest.MonkeyPatch) -> None:

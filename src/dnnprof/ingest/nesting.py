@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dnnprof.model.mapped_columns import release_pages
+
 #: How far a child may outlive the op it starts in and still be its child (timestamp rounding, clock jitter).
 CROSSING_TOLERANCE_NS = 1_000
 
@@ -29,80 +31,121 @@ def nest(t: dict[str, np.ndarray]) -> None:
     (clock jitter) stays open until the child closes. Computed with arrays for every thread at once (rows grouped
     by thread, times replaced by thread-keyed ranks so one sorted array serves all threads): the cost does not
     depend on how the ops spread over threads. See :func:`_pop_steps`.
+
+    A big table is nested a block of rows at a time, and every pass over it goes a block at a time too: besides
+    the table, the memory is a 32-bit column of positions and one of depths, and a block's temporaries.
     """
     n = t["start_ns"].size
     if n == 0:
         return
-    order = np.argsort(t["tid"], kind="stable")  # rows grouped by thread, in row order within a thread
-    tids = t["tid"][order]
-    first = np.concatenate(([True], tids[1:] != tids[:-1]))
-    thread = np.cumsum(first) - 1  # thread number of every position
-    del tids, first
-    starts = t["start_ns"][order]
-    ends = starts + t["dur_ns"][order]
-    parent = np.empty(n, dtype=np.int64)
-    depth = np.empty(n, dtype=np.int64)
-    blocks = _blocks(starts, ends, thread, _NEST_ROWS)
+    rows32 = np.int32 if n < 2**31 else np.int64
+    order = np.argsort(t["tid"], kind="stable").astype(rows32)  # rows grouped by thread, in row order within one
+    threads = distinct(t["tid"])
+    depth = np.empty(n, dtype=rows32)  # by row; the table's column is narrower
+    blocks = _blocks(t, order, threads, _NEST_ROWS)
     for a, b in zip(blocks[:-1].tolist(), blocks[1:].tolist(), strict=True):
-        local = thread[a:b] - thread[a]  # 0, 1, … ascending: the longest thread of the block is a bincount
-        p, d = _nest_threads(starts[a:b], ends[a:b], local, int(np.bincount(local).max()))
-        parent[a:b] = np.where(p >= 0, p + a, -1)
-        depth[a:b] = d
-    parent, depth = _uncross(parent, depth, ends)
-    t["parent_row"][order] = np.where(parent >= 0, order[np.maximum(parent, 0)], -1)
-    t["depth"][order] = depth
+        o = order[a:b]
+        s, e, thread = _grouped(t, o, threads)
+        local = thread - thread[0]  # 0, 1, … ascending: the longest thread of the block is a bincount
+        p, d = _nest_threads(s, e, local, int(np.bincount(local).max()))
+        del s, e, thread, local
+        t["parent_row"][o] = np.where(p >= 0, o[np.maximum(p, 0)], -1)
+        depth[o] = d
+        del p, d
+        release_pages()
+    del order
+    _uncross(t, depth)
+    t["depth"][:] = depth
 
 
 #: Rows nested at once by :func:`nest`: whole top-level stretches of a thread are taken together up to about this
-#: many rows (the array method's temporaries are a few dozen columns of the rows it is given).
+#: many rows (the array method's temporaries are a few dozen columns of the rows it is given); the passes over the
+#: whole table go this many rows at a time.
 _NEST_ROWS = 1 << 20
 
 
-def _blocks(s: np.ndarray, e: np.ndarray, thread: np.ndarray, rows: int) -> np.ndarray:
-    """Positions that split ops grouped by thread into blocks of about ``rows`` that nest independently: each
-    block starts where its thread's stack walk has nothing open (every earlier op of the thread ended at or before
-    that start), so the walk gives the same answer on the block alone. One block when there are few rows, or when
-    the times do not allow the thread-keyed comparison below without overflow."""
-    n = s.size
+def _grouped(t: dict[str, np.ndarray], o: np.ndarray, threads: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Start, end and thread number (index into ``threads``) of the rows ``o``."""
+    s = t["start_ns"][o]
+    return s, s + t["dur_ns"][o], np.searchsorted(threads, t["tid"][o])
+
+
+def _blocks(t: dict[str, np.ndarray], order: np.ndarray, threads: np.ndarray, rows: int) -> np.ndarray:
+    """Positions that split the rows ``order`` (grouped by thread) into blocks of about ``rows`` that nest
+    independently: each block starts where its thread's stack walk has nothing open (every earlier op of the thread
+    ended at or before that start), so the walk gives the same answer on the block alone. One block when there
+    are few rows, or when the times do not allow the thread-keyed comparison below without overflow."""
+    n = order.size
     whole = np.array([0, n], dtype=np.int64)
-    if n <= rows or (e < s).any():
+    if n <= rows:
         return whole
-    lo = int(s.min())
-    span = int(e.max()) - lo + 1
-    if (int(thread[-1]) + 1) * span >= 2**62:
+    start, dur = t["start_ns"], t["dur_ns"]
+    hi = np.iinfo(np.int64).min
+    for a in range(0, n, rows):
+        s = start[a:a + rows]
+        e = s + dur[a:a + rows]
+        if (e < s).any():  # a negative duration, or an end beyond int64
+            return whole
+        hi = max(hi, int(e.max()))
+    lo = int(start.min())
+    span = hi - lo + 1
+    if threads.size * span >= 2**62:
         return whole
-    base = thread.astype(np.int64) * span  # times from ``lo`` lie in [0, span): thread keys never overlap
-    # the latest end so far, keyed by thread: an earlier thread's keys all lie below this thread's starts
-    latest = np.maximum.accumulate(base + (e - lo))
-    free = np.flatnonzero(base[1:] + (s[1:] - lo) >= latest[:-1]) + 1
-    del base, latest
-    starts = free[np.flatnonzero(np.diff(free // rows, prepend=0))]  # the first free position of each stretch of rows
-    return np.concatenate(([0], starts, [n])).astype(np.int64)
+    cuts = [0]
+    latest = np.iinfo(np.int64).min  # the latest end so far, keyed by thread
+    bucket = 0  # the stretch of ``rows`` positions of the last cut
+    for a in range(0, n, rows):
+        s, e, thread = _grouped(t, order[a:a + rows], threads)
+        base = thread.astype(np.int64) * span  # times from ``lo`` lie in [0, span): thread keys never overlap
+        reach = np.maximum.accumulate(base + (e - lo))
+        before = np.concatenate(([latest], reach[:-1]))
+        np.maximum(before, latest, out=before)
+        free = np.flatnonzero(base + (s - lo) >= before) + a  # an earlier thread's keys all lie below these starts
+        latest = max(latest, int(reach[-1]))
+        del s, e, thread, base, reach, before
+        stretch = free // rows
+        first = np.flatnonzero(np.diff(stretch, prepend=bucket))  # the first free position of each new stretch
+        cuts += free[first].tolist()
+        if stretch.size:
+            bucket = int(stretch[-1])
+    cuts = [c for c in cuts if c > 0]
+    return np.array([0, *cuts, n], dtype=np.int64)
 
 
-def _uncross(parent: np.ndarray, depth: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _uncross(t: dict[str, np.ndarray], depth: np.ndarray) -> None:
     """Re-parent every op that outlives its parent by more than the tolerance onto the nearest ancestor that holds
     its end (-1 when none); depths follow.
 
     The nearest ancestor on the original chain: climbing through an ancestor already re-parented skips only ops
     that ended even earlier, which the climber outlives too.
     """
-    crossing = np.flatnonzero((parent >= 0) & (e > e[np.maximum(parent, 0)] + CROSSING_TOLERANCE_NS))
+    parent, start, dur = t["parent_row"], t["start_ns"], t["dur_ns"]
+    n = parent.size
+
+    def end(rows: np.ndarray) -> np.ndarray:
+        return start[rows] + dur[rows]
+
+    found = []
+    for a in range(0, n, _NEST_ROWS):
+        p = parent[a:a + _NEST_ROWS]
+        e = start[a:a + _NEST_ROWS] + dur[a:a + _NEST_ROWS]
+        found.append(np.flatnonzero((p >= 0) & (e > end(np.maximum(p, 0)) + CROSSING_TOLERANCE_NS)) + a)
+    crossing = np.concatenate(found)
     if crossing.size == 0:
-        return parent, depth
-    holder = parent[crossing]
+        return
+    holder = parent[crossing].astype(np.int64)
+    crossing_end = end(crossing)
     live = np.arange(crossing.size)
     for _ in range(_CLIMB_ROUNDS):  # a handful of step markers, or ops with clocks out of step: one or two rounds
         h = holder[live]
-        live = live[(h >= 0) & (e[crossing[live]] > e[np.maximum(h, 0)] + CROSSING_TOLERANCE_NS)]
+        live = live[(h >= 0) & (crossing_end[live] > end(np.maximum(h, 0)) + CROSSING_TOLERANCE_NS)]
         if live.size == 0:
             break
         holder[live] = parent[holder[live]]
     else:  # ranges that each outlive a long chain of ancestors: jump up the chain instead of stepping
-        holder[live] = _first_up(parent, e + CROSSING_TOLERANCE_NS, holder[live], e[crossing[live]])
-    parent = parent.copy()
+        holder[live] = _first_up(parent, start + dur + CROSSING_TOLERANCE_NS, holder[live], crossing_end[live])
     parent[crossing] = holder
-    return parent, _depths(parent)
+    _depths(parent, depth, int(crossing.min()))
 
 
 #: Steps up the ancestors before :func:`_uncross` switches to :func:`_first_up`.
@@ -125,17 +168,24 @@ def _first_up(parent: np.ndarray, value: np.ndarray, start: np.ndarray, least: n
     return np.where(v < n, v, -1)
 
 
-def _depths(parent: np.ndarray) -> np.ndarray:
-    """Number of ancestors of every op, by pointer jumping (O(n log depth))."""
-    hops = (parent >= 0).astype(np.int64)
-    up = parent.astype(np.int64)
-    while True:
-        live = np.flatnonzero(up >= 0)
-        if live.size == 0:
-            return hops
-        nxt = up[live]
-        hops[live] = hops[live] + hops[nxt]  # a root adds 0; an op whose pointer already reached the top, its depth
-        up[live] = up[nxt]
+def _depths(parent: np.ndarray, depth: np.ndarray, first: int) -> None:
+    """``depth`` of every row from ``first`` on, from ``parent``: a parent's row comes before its child's, so a
+    block of rows at a time, each by pointer jumping from the depths of the rows before it (O(n log depth))."""
+    for a in range(first, parent.size, _NEST_ROWS):
+        p = parent[a:a + _NEST_ROWS].astype(np.int64)
+        hops = (p >= 0).astype(np.int64)
+        before = np.flatnonzero((p >= 0) & (p < a))
+        hops[before] += depth[p[before]]  # final already
+        up = np.where(p >= a, p - a, -1)
+        del p, before
+        while True:
+            live = np.flatnonzero(up >= 0)
+            if live.size == 0:
+                break
+            nxt = up[live]
+            hops[live] = hops[live] + hops[nxt]  # a root adds 0; a row whose pointer already reached the top, its depth
+            up[live] = up[nxt]
+        depth[a:a + hops.size] = hops
 
 
 def _nest_threads(s: np.ndarray, e: np.ndarray, thread: np.ndarray, longest: int) -> tuple[np.ndarray, np.ndarray]:
