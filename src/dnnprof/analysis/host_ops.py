@@ -35,6 +35,13 @@ def host_ops(profile: Profile, rank: int = 0) -> list[HostOpRow]:
     if n == 0:
         return []
     dur = np.asarray(ops["dur_ns"], dtype=np.int64)
+    sel = (ops["rank"] == rank) & (ops["category"] == OP_CATEGORIES.index("cpu_op"))
+    if (profile.tables["steps"]["rank"] == rank).any():
+        sel &= ops["step"] >= 0
+    idx = np.flatnonzero(sel)
+    del sel
+    if idx.size == 0:
+        return []
     parent = ops["parent_row"]
     # Each op's children's time, a block of rows at a time (a big trace's temporaries are a block's, not the
     # table's); summed in row order in float64, as np.bincount would.
@@ -43,19 +50,14 @@ def host_ops(profile: Profile, rank: int = 0) -> list[HostOpRow]:
         p = parent[a:a + _BLOCK_ROWS]
         keep = p >= 0
         np.add.at(child, p[keep], dur[a:a + _BLOCK_ROWS][keep].astype(np.float64))
-    child_time = child.astype(np.int64)
+    own = dur[idx]
+    self_time = np.maximum(own - child[idx].astype(np.int64), 0)  # only the selected ops' children's time
     del child
-    sel = (ops["rank"] == rank) & (ops["category"] == OP_CATEGORIES.index("cpu_op"))
-    if (profile.tables["steps"]["rank"] == rank).any():
-        sel &= ops["step"] >= 0
-    idx = np.flatnonzero(sel)
-    if idx.size == 0:
-        return []
-    ids = ops["name_id"][idx]
-    uniq, inv = np.unique(ids, return_inverse=True)
+    uniq, inv = np.unique(ops["name_id"][idx], return_inverse=True)
+    del idx
     calls = np.bincount(inv)
-    tot = np.bincount(inv, weights=dur[idx])
-    slf = np.bincount(inv, weights=np.maximum(dur[idx] - child_time[idx], 0))
+    tot = np.bincount(inv, weights=own)
+    slf = np.bincount(inv, weights=self_time)
     grand = float(slf.sum()) or 1.0
     rows = [HostOpRow(profile.strings[int(u)], int(c), int(t), int(s), 100.0 * s / grand)
             for u, c, t, s in zip(uniq.tolist(), calls.tolist(), tot.tolist(), slf.tolist(), strict=True)]
