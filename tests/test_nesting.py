@@ -127,6 +127,20 @@ def test_random_tables_on_many_threads_match_the_stack_walk(seed: int) -> None:
     _check(_table(tid, start, dur), [queries])
 
 
+@pytest.mark.parametrize("spread", [1, 10**6, 2**58])
+def test_innermost_op_at_times_far_outside_the_ops(spread: int) -> None:
+    """Times before the first start and after the last, down to int64's ends, on ops whose starts are close (keys
+    from the times themselves) or spread over most of int64 (keys from the ranks of the starts)."""
+    start = np.array([-3, -3, 0, 2, 5, 9, 9, 12]) * spread
+    dur = np.array([20, 4, 1, 3, 8, 0, 2, 1]) * spread
+    big = np.iinfo(np.int64)
+    when = np.array([big.min, -(2**62), -4 * spread, -3 * spread, -1, 0, 3 * spread, 9 * spread, 10**17, big.max])
+    for threads in (1, 3):
+        tid = np.arange(start.size) % threads
+        _check(_table(tid, start, dur), [(np.repeat(np.arange(threads + 1), when.size),
+                                          np.tile(when, threads + 1))])
+
+
 @pytest.mark.parametrize("block", [1, 7, 400])
 def test_innermost_op_looked_up_a_block_of_times_at_a_time(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Times are looked up in blocks (memory bounded by the block, not by the table): any block size gives the

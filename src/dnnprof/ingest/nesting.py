@@ -15,6 +15,8 @@ before ``aten::t`` ended, on its own).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from dnnprof.model.mapped_columns import release_pages
@@ -288,18 +290,37 @@ def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarr
         return out
     starts, parent = ops["start_ns"], ops["parent_row"]
     order = np.argsort(ops["tid"], kind="stable")  # ops by thread, by start within one
+    if order.size < 2**31:
+        order = order.astype(np.int32)
     threads = distinct(ops["tid"])
-    ranks = distinct(starts)
-    width = 2 * ranks.size + 1
-    # a start's key is even, a time's odd and just above the starts at or before it: "last start <= t" is one search
+    # A start's key is even, a time's odd and just above the starts at or before it: "last start <= t" is one
+    # search. Positions are the times themselves (from the first start; times outside the starts' range clipped
+    # just outside it) when every thread's keys fit in int64, else ranks among the distinct starts.
+    first, last = int(starts.min()), int(starts.max())
+    ranks = None
+    width = 2 * (last - first + 2) + 1
+    if threads.size * width >= 2**62 or not -(2**62) < first <= last < 2**62:
+        ranks = distinct(starts)
+        width = 2 * ranks.size + 1
+
+    def start_pos(x: np.ndarray) -> np.ndarray:
+        return 2 * (np.searchsorted(ranks, x) if ranks is not None else x - (first - 1))
+
+    def time_pos(x: np.ndarray) -> np.ndarray:
+        if ranks is not None:
+            return 2 * np.searchsorted(ranks, x, side="right") - 1
+        return 2 * (np.clip(x, first - 1, last) - (first - 1)) + 1
+
     op_key = np.empty(order.size, dtype=np.int64)
     for lo in range(0, order.size, _QUERY_ROWS):  # a block of ops at a time: temporaries of a block, not of the ops
         o = order[lo:lo + _QUERY_ROWS]
         op_key[lo:lo + o.size] = np.searchsorted(threads, ops["tid"][o]).astype(np.int64) * width \
-            + 2 * np.searchsorted(ranks, starts[o])
+            + start_pos(starts[o])
+    release_pages()  # a big trace's mapped columns: the queries read a few rows of each
     for lo in range(0, t.size, _QUERY_ROWS):  # the times a block at a time: temporaries of a block, not of t
         hi = lo + _QUERY_ROWS
-        out[lo:hi] = _innermost(tid[lo:hi], t[lo:hi], threads, ranks, width, op_key, order, ops, parent)
+        out[lo:hi] = _innermost(tid[lo:hi], t[lo:hi], threads, time_pos, width, op_key, order, ops, parent)
+        release_pages()
     return out
 
 
@@ -307,15 +328,16 @@ def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarr
 _QUERY_ROWS = 1 << 20
 
 
-def _innermost(tid: np.ndarray, t: np.ndarray, threads: np.ndarray, ranks: np.ndarray, width: int,
-               op_key: np.ndarray, order: np.ndarray, ops: dict[str, np.ndarray], parent: np.ndarray) -> np.ndarray:
+def _innermost(tid: np.ndarray, t: np.ndarray, threads: np.ndarray, time_pos: Callable[[np.ndarray], np.ndarray],
+               width: int, op_key: np.ndarray, order: np.ndarray, ops: dict[str, np.ndarray],
+               parent: np.ndarray) -> np.ndarray:
     out = np.full(t.shape, -1, dtype=np.int32)
     at = np.minimum(np.searchsorted(threads, tid), threads.size - 1)
     q = np.flatnonzero(threads[at] == tid)  # times on a thread that has ops
     if q.size == 0:
         return out
     g = at[q].astype(np.int64)
-    t_key = g * width + 2 * np.searchsorted(ranks, t[q], side="right") - 1
+    t_key = g * width + time_pos(t[q])
     i = np.searchsorted(op_key, t_key, side="right") - 1
     ok = (i >= 0) & (op_key[np.maximum(i, 0)] >= g * width)  # the op found is on the time's thread
     q, cand = q[ok], order[i[ok]]
