@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dnnprof.analysis.factorize import unique_strings
+from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
 
@@ -165,7 +166,9 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     parent = np.where(step_marker, -1, parent)
     optimizer_own = flag(lambda s: s.startswith(_OPTIMIZER_PREFIXES))
     backward_own = flag(lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0)
+    release_pages()  # a big trace's mapped columns (model.mapped_columns): what follows works on these copies
     optimizer, closure = _optimizer_after_closure(ops, parent, optimizer_own, backward_own)
+    release_pages()
     # Python frames (with_stack) are call sites, not layers: look through them for the op-level layer. So is an
     # optimizer range that ran a closure: its forward's ops are the layers, not ``Optimizer.step#``.
     transparent = step_marker | dn | tm | is_py | closure
@@ -221,6 +224,7 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     top_input_copy = np.zeros(n, dtype=bool)
     ok = top_op >= 0
     top_input_copy[ok] = input_copy[top_op[ok]]
+    release_pages()
     return {"name_id": ops["name_id"], "module": module, "top_op": top_op, "optimizer": optimizer,
             "backward": backward, "dataloader": dataloader, "input_copy": top_input_copy, "source": source}
 
