@@ -78,3 +78,46 @@ def test_a_profile_of_mapped_tables_saves_and_loads_as_the_in_memory_one(tmp_pat
     assert isinstance(mapped.tables["kernels"]["start_ns"].base, memoryview)
     mapped.save(tmp_path / "p")
     assert_same_profile(Profile.load(tmp_path / "p"), kineto._read_profile(DEEPSPEECH, None, spill_min_bytes=NEVER))
+
+
+_HEAP_PROBE = """
+import ctypes, sys
+import numpy as np
+from dnnprof.model import mapped_columns
+
+def anon_mb():
+    with open("/proc/self/statm") as f:
+        v = f.read().split()
+    return (int(v[1]) - int(v[2])) * 4096 / 1e6
+
+if sys.argv[1] == "big":
+    mapped_columns.large_blocks_returned_on_free()
+blocks = [np.ones(8192) for _ in range(1500)]  # 64 KiB each: from malloc's heap, below the mapping threshold
+kept = blocks[::50]  # live blocks spread through the heap: freeing the rest leaves holes, not a shorter heap
+del blocks
+before = anon_mb()
+mapped_columns.release_pages()
+print(before - anon_mb(), len(kept))
+"""
+
+
+@pytest.mark.parametrize("big", [True, False])
+def test_released_pages_include_the_free_pages_of_the_heap_for_big_traces(big: bool) -> None:
+    """A stage's medium-sized temporaries, freed between live ones, stay resident in malloc's heap unless it is
+    trimmed: release_pages() trims it once the process reads a big trace (glibc only), and leaves it alone else."""
+    import subprocess
+    import sys
+
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim  # noqa: B018
+    except (OSError, AttributeError):
+        pytest.skip("malloc is not glibc's")
+    out = subprocess.run([sys.executable, "-c", _HEAP_PROBE, "big" if big else "small"], capture_output=True,
+                         text=True, check=True, cwd=Path(__file__).parent).stdout.split()
+    given_back_mb = float(out[0])
+    if big:
+        assert given_back_mb > 50  # of the ~96 MB freed
+    else:
+        assert given_back_mb < 10

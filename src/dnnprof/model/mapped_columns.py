@@ -15,6 +15,7 @@ import mmap
 import os
 import weakref
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,14 +64,15 @@ def large_blocks_returned_on_free() -> None:
     of numpy that come later stay in the heap once freed and the resident set only grows (+30 MB at a 900 MB
     trace). Process-wide; called for big traces only; nothing where malloc is not glibc's.
     """
-    global _THRESHOLD_SET
+    global _THRESHOLD_SET, _TRIM
     if _THRESHOLD_SET or not SUPPORTED:
         return
     _THRESHOLD_SET = True
     import ctypes
 
     try:
-        mallopt = ctypes.CDLL(None).mallopt
+        libc = ctypes.CDLL(None)
+        mallopt, _TRIM = libc.mallopt, libc.malloc_trim
     except (OSError, AttributeError):  # not glibc (musl, macOS)
         return
     m_mmap_threshold = -3
@@ -78,13 +80,18 @@ def large_blocks_returned_on_free() -> None:
 
 
 _THRESHOLD_SET = False
+_TRIM: Any = None  # glibc's malloc_trim, once large_blocks_returned_on_free() has run
 
 
 def release_pages() -> None:
-    """Drop every mapped column's pages from this process's resident set (their contents stay in the file)."""
+    """Drop every mapped column's pages from this process's resident set (their contents stay in the file); and,
+    for big traces, the free pages of malloc's heap (the small blocks of a stage that are freed stay in the heap,
+    interleaved with live ones, until it is trimmed)."""
     for m in list(_MAPS):
         if not m.closed:
             m.madvise(mmap.MADV_DONTNEED)
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def mapped_bytes() -> int:
