@@ -103,8 +103,6 @@ def _floats(values: list[Any]) -> np.ndarray:
 _GRID_UNKNOWN = (-1, -1, -1)
 
 
-
-
 #: Rows gathered at a time when a table is filled in time order (8 MiB per 64-bit column).
 _BLOCK_ROWS = 1 << 20
 

@@ -62,7 +62,8 @@ def large_blocks_returned_on_free() -> None:
 
     By default glibc raises that threshold up to 32 MiB each time such a block is freed, so the big temporaries
     of numpy that come later stay in the heap once freed and the resident set only grows (+30 MB at a 900 MB
-    trace). Process-wide; called for big traces only; nothing where malloc is not glibc's.
+    trace). Process-wide; called for big traces only; nothing where malloc is not glibc's. From then on,
+    :func:`release_pages` trims the heap too.
     """
     global _THRESHOLD_SET, _TRIM
     if _THRESHOLD_SET or not SUPPORTED:
