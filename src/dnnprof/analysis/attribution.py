@@ -23,7 +23,6 @@ inside it has ended; the forward and backward it ran before keep their own phase
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -114,28 +113,12 @@ _INHERIT_ROWS = 1 << 20
 _INT32_MAX = 2**31 - 1
 
 
-def _name_test(profile: Profile, ids: np.ndarray) -> Callable[[Callable[[str], object]], np.ndarray]:
-    """``flag(pred)``: ``pred`` of the name of every id (-1: "") as a bool column, asked once per distinct id."""
-    n = len(profile.strings)
-    if ids.size and (int(ids.min()) < -1 or int(ids.max()) >= n):
-        ids = np.where((ids >= 0) & (ids < n), ids, -1)
-    present = np.flatnonzero(np.bincount(np.where(ids >= 0, ids, n), minlength=n + 1)).tolist() if ids.size else []
-    strings = profile.strings
-
-    def flag(pred: Callable[[str], object]) -> np.ndarray:
-        hit = np.zeros(n + 1, dtype=bool)  # hit[n] (read by id -1): the test of ""
-        hit[present] = [bool(pred(strings[i] if i < n else "")) for i in present]
-        return hit[ids]
-
-    return flag
-
-
 def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     ops = profile.tables["ops"]
     n = ops["start_ns"].size
     # Row and string-id columns are 32-bit, as the table's own: a big trace's ops are tens of millions of rows.
     rows32 = np.int32 if n <= _INT32_MAX else np.int64
-    flag = _name_test(profile, ops["name_id"])
+    flag = profile.name_tests(ops["name_id"])
     parent = ops["parent_row"]
     cat = ops["category"]
 

@@ -73,15 +73,24 @@ class Profile:
         For string tests on name columns: a fixed-width copy of the names (``astype(str)`` and ``np.char``) is
         as wide as the longest name in every row, which one name of megabytes makes gigabytes.
         """
+        return self.name_tests(ids)(test)
+
+    def name_tests(self, ids: np.ndarray) -> Callable[[Callable[[str], object]], np.ndarray]:
+        """``names_where(ids, test)`` for many tests of one id column: the distinct ids are found once. Ids outside
+        the strings read as -1 (""); a column of valid ids is indexed as it is, without a copy."""
         n = len(self.strings)
         ids = np.asarray(ids)
-        safe = np.where((ids >= 0) & (ids < n), ids, n)  # n: no name
-        present = np.zeros(n + 1, dtype=bool)
-        present[safe] = True
-        hit = np.zeros(n + 1, dtype=bool)
-        for i in np.flatnonzero(present).tolist():
-            hit[i] = bool(test(self.strings[i] if i < n else ""))
-        return hit[safe]
+        if ids.size and (int(ids.min()) < -1 or int(ids.max()) >= n):
+            ids = np.where((ids >= 0) & (ids < n), ids, -1)
+        present = np.flatnonzero(np.bincount(np.where(ids >= 0, ids, n), minlength=n + 1)).tolist() if ids.size else []
+        strings = self.strings
+
+        def where(test: Callable[[str], object]) -> np.ndarray:
+            hit = np.zeros(n + 1, dtype=bool)  # hit[n], read by id -1: the test of ""
+            hit[present] = [bool(test(strings[i] if i < n else "")) for i in present]
+            return hit[ids]
+
+        return where
 
     def string_id(self, s: str) -> int:
         """Id of ``s`` or -1 when the profile never mentions it."""
