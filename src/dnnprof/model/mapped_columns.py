@@ -76,11 +76,16 @@ def large_blocks_returned_on_free() -> None:
         mallopt, _TRIM = libc.mallopt, libc.malloc_trim
     except (OSError, AttributeError):  # not glibc (musl, macOS)
         return
-    m_mmap_threshold = -3
+    m_trim_threshold, m_mmap_threshold = -1, -3
     mallopt(m_mmap_threshold, 1 << 20)
+    # Setting the mmap threshold also pins the trim threshold at its 128 KiB default: the heap's top would then be
+    # given back and faulted in again all through a read (a third of its system time). release_pages trims instead.
+    mallopt(m_trim_threshold, TRIM_THRESHOLD_BYTES)
 
 
 _THRESHOLD_SET = False
+#: Free bytes at the heap's top that malloc keeps rather than trims on each free (release_pages trims them all).
+TRIM_THRESHOLD_BYTES = 32 << 20
 _TRIM: Any = None  # glibc's malloc_trim, once large_blocks_returned_on_free() has run
 
 
