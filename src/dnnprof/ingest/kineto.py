@@ -36,7 +36,7 @@ from dnnprof.ingest import progress
 from dnnprof.ingest.column_spill import SpilledColumns
 from dnnprof.ingest.errors import TraceError
 from dnnprof.ingest.graph_replays import match_captured_replays
-from dnnprof.ingest.kineto_split import PARALLEL_MIN_BYTES, read_in_two, worth_splitting
+from dnnprof.ingest.kineto_split import PARALLEL_MIN_BYTES, read_in_parallel, worth_splitting
 from dnnprof.ingest.kineto_tables import EventColumns
 from dnnprof.ingest.nesting import distinct
 from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, read_pieces, split_events
@@ -473,39 +473,43 @@ def _devices(props: list[Any] | None, rank: int, tally: Counter[str]) -> list[De
     return out
 
 
-def read_kineto(path: str | Path, rank: int | None = None) -> Profile:
+def read_kineto(path: str | Path, rank: int | None = None, workers: int | None = None) -> Profile:
     """Read one Kineto trace file (``.json`` or ``.json.gz``) into a canonical :class:`Profile`.
 
     Args:
         path: the trace file.
         rank: rank to record; default: ``distributedInfo.rank`` when present, else 0.
+        workers: processes that read a big plain file, this one included; default: the cores this process may
+            use, at most 8, or ``DNNPROF_READ_WORKERS`` (:func:`dnnprof.ingest.kineto_split.read_workers`).
 
     Raises:
         TraceError: missing or unreadable file, bad gzip, invalid JSON, JSON that is not a trace.
     """
-    return _read_profile(Path(path), rank)
+    return _read_profile(Path(path), rank, workers=workers)
 
 
 def _read_profile(path: Path, rank: int | None, chunk_bytes: int = CHUNK_BYTES, stream: bool = True,
-                  parallel_min_bytes: int = PARALLEL_MIN_BYTES, spill_min_bytes: int = SPILL_MIN_BYTES) -> Profile:
+                  parallel_min_bytes: int = PARALLEL_MIN_BYTES, spill_min_bytes: int = SPILL_MIN_BYTES,
+                  workers: int | None = None) -> Profile:
     """read_kineto with the knobs the tests turn: chunk size, streaming or one buffer, from which size a plain
-    file is read on two cores, from which file size the columns are spilled to a temporary folder while reading."""
+    file is read by several processes (and by how many), from which file size the columns are spilled to a
+    temporary folder while reading."""
     with contextlib.ExitStack() as stack:
         spill = None
         if stream and _size(path) >= spill_min_bytes:
             spill = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dnnprof-read-")))
             large_blocks_returned_on_free()
-        return _read_profile_in(path, rank, chunk_bytes, stream, parallel_min_bytes, spill)
+        return _read_profile_in(path, rank, chunk_bytes, stream, parallel_min_bytes, spill, workers)
 
 
 def _read_profile_in(path: Path, rank: int | None, chunk_bytes: int, stream: bool, parallel_min_bytes: int,
-                     spill: Path | None) -> Profile:
+                     spill: Path | None, workers: int | None) -> Profile:
     # Many small, acyclic objects: the cyclic GC would only rescan them over and over.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         tally: Counter[str] = Counter()
-        cols, trace = _stream(path, chunk_bytes, tally, parallel_min_bytes, spill) if stream else (None, None)
+        cols, trace = _stream(path, chunk_bytes, tally, parallel_min_bytes, spill, workers) if stream else (None, None)
         if cols is None or trace is None:
             tally.clear()
             cols, trace = EventColumns(), _decode(path, read_bytes(path), tally)
@@ -539,9 +543,9 @@ def _read_profile_in(path: Path, rank: int | None, chunk_bytes: int, stream: boo
 
 
 def _stream(path: Path, chunk_bytes: int, tally: Counter[str] | None = None, parallel_min_bytes: int | None = None,
-            spill: Path | None = None) -> tuple[EventColumns | None, _Trace | None]:
-    """Columns and the document without its events, decoded chunk by chunk (on two cores for a plain file of at
-    least ``parallel_min_bytes``); (None, None) when the document does not split (the caller then decodes the whole
+            spill: Path | None = None, workers: int | None = None) -> tuple[EventColumns | None, _Trace | None]:
+    """Columns and the document without its events, decoded chunk by chunk (by several processes for a plain file
+    of at least ``parallel_min_bytes``); (None, None) when the document does not split (the caller then decodes the whole
     buffer). File and gzip errors are raised as they are found."""
     tally = Counter() if tally is None else tally
     listener = progress.current()
@@ -551,12 +555,12 @@ def _stream(path: Path, chunk_bytes: int, tally: Counter[str] | None = None, par
         if listener is not None:
             listener(path, done, total, events)
 
-    if parallel_min_bytes is not None and worth_splitting(path, parallel_min_bytes):
-        halves = read_in_two(path, _decode_events, _add_events, chunk_bytes, tally, report if listener else None,
-                             spill)
-        if halves is not None:
+    if parallel_min_bytes is not None and worth_splitting(path, parallel_min_bytes, workers):
+        parts = read_in_parallel(path, _decode_events, _add_events, chunk_bytes, tally, report if listener else None,
+                                 spill, workers)
+        if parts is not None:
             try:
-                return halves[0], _decode_envelope(halves[1])
+                return parts[0], _decode_envelope(parts[1])
             except SplitError:
                 pass
         tally.clear()

@@ -81,6 +81,7 @@ def rank_task(trace: str, root: str) -> dict[str, Any]:
         dnnprof.model.outputs.OutputError: the cache cannot be written.
     """
     from dnnprof.ingest.kineto import read_kineto
+    from dnnprof.ingest.kineto_split import read_workers
     from dnnprof.model.outputs import write_text_atomic
 
     path = Path(trace)
@@ -95,7 +96,8 @@ def rank_task(trace: str, root: str) -> dict[str, Any]:
         except (OSError, ValueError):
             part = None  # a damaged entry is rebuilt
     if part is None:
-        profile = read_kineto(path)
+        # Ranks are read side by side already: a big one takes two processes at most, not every core.
+        profile = read_kineto(path, workers=min(2, read_workers()))
         profile.save(entry / PROFILE_DIR)
         part = rank_summary(profile)
         del profile
