@@ -1,12 +1,14 @@
 """Huge traces: wall time, CPU time, peak RSS and MB/s of reading and analysing big Kineto traces.
 
 Usage:
-    python benchmarks/bench_huge.py SOURCE.json.gz [--big 890e6 5e9] [--tmp /tmp] [--repeat 1]
+    python benchmarks/bench_huge.py SOURCE.json.gz [--big 890e6 5e9] [--tmp /tmp] [--workers 1 2 4 8]
 
 For the source trace itself (gzip) and for each --big size (built with make_big_trace.py into --tmp as plain
 JSON, deleted afterwards), in fresh processes:
-  * read_kineto on one core and on two (the second process's peak RSS reported apart);
-  * ``dnnprof analyze TRACE --json FILE -q`` end to end (with --before: whether both summaries are identical).
+  * read_kineto by each number of processes in --workers (``DNNPROF_READ_WORKERS``; 1 is one core; the helpers'
+    largest peak RSS reported apart);
+  * ``dnnprof analyze TRACE --json FILE -q`` end to end, by the same numbers of processes (with --before: whether
+    the summaries are identical to the earlier code's; every count's summary is checked against the first).
 Wall time swings with the machine's load; the load average is printed with each row, and CPU seconds (user +
 system, both processes; for the CLI, the process and its children) are the steadier figure. Prints a Markdown table for benchmarks/RESULTS.md.
 """
@@ -42,24 +44,30 @@ def _load() -> str:
     return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
 
 
-def _env(src: Path | None) -> dict[str, str] | None:
-    return None if src is None else {**os.environ, "PYTHONPATH": str(src)}
+def _env(src: Path | None, workers: int | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    if src is not None:  # first on the path: the earlier dnnprof, with whatever else the path held
+        env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
+    if workers is not None:
+        env["DNNPROF_READ_WORKERS"] = str(workers)
+    return env
 
 
-def _read(trace: Path, parallel: bool, src: Path | None = None) -> tuple[float, float, float, float]:
-    out = subprocess.run([sys.executable, "-c", _READ, str(trace), "0" if parallel else str(1 << 62)],
-                         capture_output=True, text=True, check=True, env=_env(src))
+def _read(trace: Path, workers: int, src: Path | None = None) -> tuple[float, float, float, float]:
+    out = subprocess.run([sys.executable, "-c", _READ, str(trace), "0" if workers > 1 else str(1 << 62)],
+                         capture_output=True, text=True, check=True, env=_env(src, workers))
     wall, cpu, rss, child = (float(x) for x in out.stdout.split())
     return wall, cpu, rss, child
 
 
-def _cli(trace: Path, tmp: Path, src: Path | None = None) -> tuple[float, float, float]:
-    """Wall s, CPU s and peak RSS MB of ``dnnprof analyze``; its summary is left in ``tmp``/{before,after}.json."""
+def _cli(trace: Path, tmp: Path, src: Path | None = None, workers: int | None = None) -> tuple[float, float, float]:
+    """Wall s, CPU s and peak RSS MB of ``dnnprof analyze``; its summary is left in ``tmp``/before.json or
+    after<workers>.json."""
     t0 = time.perf_counter()
-    summary = tmp / ("before.json" if src is not None else "after.json")
+    summary = tmp / ("before.json" if src is not None else f"after{workers}.json")
     r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", sys.executable, "-m", "dnnprof", "analyze", str(trace),
                         "--json", str(summary), "-q"], capture_output=True, text=True, check=True,
-                       env=_env(src))
+                       env=_env(src, workers))
     wall = time.perf_counter() - t0
     user, system, rss_kb = r.stderr.strip().splitlines()[-1].split()
     return wall, float(user) + float(system), float(rss_kb) / 1024  # CPU of the CLI process only
@@ -71,11 +79,18 @@ def main() -> None:
     ap.add_argument("--big", type=float, nargs="*", default=[890e6])
     ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()))
     ap.add_argument("--before", type=Path, default=None,
-                    help="a src/ folder of an earlier dnnprof: its one-core read and CLI are measured too")
+                    help="a src/ folder of an earlier dnnprof: its read and CLI are measured too")
+    ap.add_argument("--workers", type=int, nargs="*", default=[1, 2],
+                    help="numbers of processes that read a big plain trace (DNNPROF_READ_WORKERS)")
     a = ap.parse_args()
     here = Path(__file__).resolve().parent
     work = Path(tempfile.mkdtemp(dir=a.tmp, prefix="dnnprof-bench-"))
-    rows = []
+    rows: list[tuple[str, ...]] = []
+
+    def add(*row: str) -> None:  # printed as measured too: a run cut short keeps what it measured
+        print("| " + " | ".join(row) + " |", flush=True)
+        rows.append(row)
+
     try:
         traces = [(a.source, False)]
         for size in a.big:
@@ -88,27 +103,32 @@ def main() -> None:
             json_mb = (trace.stat().st_size if built else _gunzipped_size(trace)) / 1e6
             if a.before is not None:
                 load = _load()
-                wall, cpu, rss, _ = _read(trace, False, a.before)
-                rows.append((trace.name, f"{json_mb:,.0f}", "before: read", f"{wall:.2f}", f"{cpu:.2f}",
-                             f"{rss:.0f}", f"{json_mb / wall:.0f}", load))
+                wall, cpu, rss, _ = _read(trace, 1, a.before)
+                add(trace.name, f"{json_mb:,.0f}", "before: read", f"{wall:.2f}", f"{cpu:.2f}",
+                             f"{rss:.0f}", f"{json_mb / wall:.0f}", load)
                 load = _load()
                 wall, cpu, rss = _cli(trace, work, a.before)
-                rows.append((trace.name, f"{json_mb:,.0f}", "before: dnnprof analyze --json -q", f"{wall:.2f}",
-                             f"{cpu:.2f}", f"{rss:.0f}", f"{json_mb / wall:.0f}", load))
-            for parallel in (False, True):
-                if parallel and not built:
-                    continue  # gzip is read on one core
+                add(trace.name, f"{json_mb:,.0f}", "before: dnnprof analyze --json -q", f"{wall:.2f}",
+                             f"{cpu:.2f}", f"{rss:.0f}", f"{json_mb / wall:.0f}", load)
+            counts = a.workers if built else a.workers[:1]  # gzip is read by one process
+            for n in counts:
                 load = _load()
-                wall, cpu, rss, child = _read(trace, parallel)
-                rows.append((trace.name, f"{json_mb:,.0f}", "read, two cores" if parallel else "read, one core",
-                             f"{wall:.2f}", f"{cpu:.2f}", f"{rss:.0f}" + (f" (+{child:.0f} 2nd)" if parallel else ""),
-                             f"{json_mb / wall:.0f}", load))
-            load = _load()
-            wall, cpu, rss = _cli(trace, work)
-            rows.append((trace.name, f"{json_mb:,.0f}", "dnnprof analyze --json -q", f"{wall:.2f}",
-                         f"{cpu:.2f}", f"{rss:.0f}", f"{json_mb / wall:.0f}", load))
+                wall, cpu, rss, child = _read(trace, n)
+                add(trace.name, f"{json_mb:,.0f}", f"read, {n} process{'es' if n > 1 else ''}",
+                             f"{wall:.2f}", f"{cpu:.2f}", f"{rss:.0f}" + (f" (+{child:.0f} helper)" if n > 1 else ""),
+                             f"{json_mb / wall:.0f}", load)
+            for n in counts:
+                load = _load()
+                wall, cpu, rss = _cli(trace, work, workers=n)
+                add(trace.name, f"{json_mb:,.0f}", f"dnnprof analyze --json -q, {n} process"
+                             f"{'es' if n > 1 else ''}", f"{wall:.2f}", f"{cpu:.2f}", f"{rss:.0f}",
+                             f"{json_mb / wall:.0f}", load)
+            first = (work / f"after{counts[0]}.json").read_bytes()
+            for n in counts[1:]:
+                same = (work / f"after{n}.json").read_bytes() == first
+                print(f"{trace.name}: summary JSON by {n} processes {'identical' if same else 'DIFFERS'}", flush=True)
             if a.before is not None:
-                same = (work / "before.json").read_bytes() == (work / "after.json").read_bytes()
+                same = (work / "before.json").read_bytes() == first
                 print(f"{trace.name}: summary JSON {'identical' if same else 'DIFFERS'} before/after", flush=True)
             if built:
                 trace.unlink()
