@@ -47,6 +47,9 @@ def analyze(
                                                       "did not write."),
 ) -> None:
     """Kernels, layers, phases, GPU busy/idle and findings of an existing trace."""
+    from dnnprof.cli.blas import load_numpy_with_one_blas_thread
+
+    load_numpy_with_one_blas_thread()
     from dnnprof.cli.progress import reading_progress
     from dnnprof.cli.sources import analysed
     from dnnprof.ingest.detect import kind_of
