@@ -104,7 +104,7 @@ def main() -> None:
             if a.before is not None:
                 load = _load()
                 wall, cpu, rss, _ = _read(trace, 1, a.before)
-                add(trace.name, f"{json_mb:,.0f}", "before: read", f"{wall:.2f}", f"{cpu:.2f}",
+                add(trace.name, f"{json_mb:,.0f}", "before: read, one process", f"{wall:.2f}", f"{cpu:.2f}",
                              f"{rss:.0f}", f"{json_mb / wall:.0f}", load)
                 load = _load()
                 wall, cpu, rss = _cli(trace, work, a.before)
