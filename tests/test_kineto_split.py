@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -85,9 +86,13 @@ def test_the_split_really_happens(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         mine.extend(parts or {})
         return parts
 
+    def slow(chunk: memoryview, tally: Counter[str]) -> list[object]:  # this process only: the helper surely starts
+        time.sleep(0.05)                                                 # before this one has read everything
+        return kineto._decode_events(chunk, tally)
+
     monkeypatch.setattr(kineto_split, "_work", recorded)
     seen: list[tuple[int, int]] = []
-    done = kineto_split.read_in_parallel(plain, kineto._decode_events, kineto._add_events, kineto.CHUNK_BYTES,
+    done = kineto_split.read_in_parallel(plain, slow, kineto._add_events, kineto.CHUNK_BYTES,
                                          Counter(), lambda b, e: seen.append((b, e)), workers=2,
                                          segment_bytes=1 << 18)
     assert done is not None
