@@ -374,16 +374,24 @@ class EventColumns:
     def _intern(self, local: np.ndarray) -> np.ndarray:
         """Profile string ids for local ids (-1 stays -1), interning new strings in order of first use."""
         lut, keys, intern = self._lut, self._keys, self._profile.intern
-        uniq, first = np.unique(local, return_index=True)
-        for u in uniq[np.argsort(first, kind="stable")].tolist():
-            if u >= 0 and lut[u] < 0:
+        out = lut[local]
+        new = local[(out < 0) & (local >= 0)]  # rows whose string is not interned yet: few after the first block
+        if new.size:
+            uniq, first = np.unique(new, return_index=True)
+            for u in uniq[np.argsort(first, kind="stable")].tolist():
                 lut[u] = intern(keys[u])
-        return lut[local]
+            out = lut[local]
+        return out
 
     def _by_name(self, local: np.ndarray, fn: Any) -> np.ndarray:
-        """fn(name) for every row (an int, or a tuple of ints), computed once per distinct name."""
-        uniq, inverse = np.unique(local, return_inverse=True)
-        return np.array([fn(self._keys[u]) for u in uniq.tolist()], dtype=np.int64)[inverse.reshape(-1)]
+        """fn(name) for every row of local ids (>= 0; an int, or a tuple of ints), computed once per distinct name."""
+        if local.size == 0:
+            return np.zeros((0, *np.shape(fn(""))), dtype=np.int64)
+        present = np.flatnonzero(np.bincount(local))
+        values = np.array([fn(self._keys[u]) for u in present.tolist()], dtype=np.int64)
+        table = np.zeros((int(present[-1]) + 1, *values.shape[1:]), dtype=np.int64)
+        table[present] = values
+        return table[local]
 
     def _done(self) -> None:
         """A column of a spilled read is complete: its pages (and its source's) leave the resident set."""
