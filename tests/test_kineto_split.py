@@ -122,13 +122,16 @@ def test_segments_cover_the_file_at_event_boundaries(tmp_path: Path) -> None:
                                          workers=2, segment_bytes=size) is None
 
 
-def test_a_cut_inside_a_string_falls_back_to_one_piece(tmp_path: Path) -> None:
+def test_a_cut_inside_a_string_falls_back_to_one_piece(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The middle of the file holds '}, {' inside a name: the proof of the segment before fails, the reader reads
     the file whole. Also when the string lies in a later segment, and with more processes."""
+    monkeypatch.setattr(kineto_split, "SEGMENT_BYTES", 1 << 11)
     name = "x" * 3000 + "}, {" + "y" * 3000
     ev = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0}]
     plain = tmp_path / "t.json"
     plain.write_text(json.dumps({"traceEvents": ev, "x": 1}))
+    size = plain.stat().st_size
+    assert len(kineto_split.segments(plain, size, kineto_split.cut_points(size, 2, 1 << 11))) > 1  # it is cut
     assert kineto_split.read_in_parallel(plain, kineto._decode_events, kineto._add_events, 1 << 19, Counter(),
                                          workers=2) is None
     assert kineto._read_profile(plain, None, parallel_min_bytes=0, workers=2).strings == [name]
