@@ -105,24 +105,24 @@ def main() -> None:
                 load = _load()
                 wall, cpu, rss, _ = _read(trace, 1, a.before)
                 add(trace.name, f"{json_mb:,.0f}", "before: read, one process", f"{wall:.2f}", f"{cpu:.2f}",
-                             f"{rss:.0f}", f"{json_mb / wall:.0f}", load)
+                    f"{rss:.0f}", f"{json_mb / wall:.0f}", load)
                 load = _load()
                 wall, cpu, rss = _cli(trace, work, a.before)
                 add(trace.name, f"{json_mb:,.0f}", "before: dnnprof analyze --json -q", f"{wall:.2f}",
-                             f"{cpu:.2f}", f"{rss:.0f}", f"{json_mb / wall:.0f}", load)
+                    f"{cpu:.2f}", f"{rss:.0f}", f"{json_mb / wall:.0f}", load)
             counts = a.workers if built else a.workers[:1]  # gzip is read by one process
             for n in counts:
                 load = _load()
                 wall, cpu, rss, child = _read(trace, n)
                 add(trace.name, f"{json_mb:,.0f}", f"read, {n} process{'es' if n > 1 else ''}",
-                             f"{wall:.2f}", f"{cpu:.2f}", f"{rss:.0f}" + (f" (+{child:.0f} helper)" if n > 1 else ""),
-                             f"{json_mb / wall:.0f}", load)
+                    f"{wall:.2f}", f"{cpu:.2f}", f"{rss:.0f}" + (f" (+{child:.0f} helper)" if n > 1 else ""),
+                    f"{json_mb / wall:.0f}", load)
             for n in counts:
                 load = _load()
                 wall, cpu, rss = _cli(trace, work, workers=n)
                 add(trace.name, f"{json_mb:,.0f}", f"dnnprof analyze --json -q, {n} process"
-                             f"{'es' if n > 1 else ''}", f"{wall:.2f}", f"{cpu:.2f}", f"{rss:.0f}",
-                             f"{json_mb / wall:.0f}", load)
+                    f"{'es' if n > 1 else ''}", f"{wall:.2f}", f"{cpu:.2f}", f"{rss:.0f}",
+                    f"{json_mb / wall:.0f}", load)
             first = (work / f"after{counts[0]}.json").read_bytes()
             for n in counts[1:]:
                 same = (work / f"after{n}.json").read_bytes() == first
