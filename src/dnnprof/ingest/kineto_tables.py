@@ -384,9 +384,8 @@ class EventColumns:
         return out
 
     def _by_name(self, local: np.ndarray, fn: Any) -> np.ndarray:
-        """fn(name) for every row of local ids (>= 0; an int, or a tuple of ints), computed once per distinct name."""
-        if local.size == 0:
-            return np.zeros((0, *np.shape(fn(""))), dtype=np.int64)
+        """fn(name) for every row of a block of local ids (>= 0, at least one; an int, or a tuple of ints), computed
+        once per distinct name."""
         present = np.flatnonzero(np.bincount(local))
         values = np.array([fn(self._keys[u]) for u in present.tolist()], dtype=np.int64)
         table = np.zeros((int(present[-1]) + 1, *values.shape[1:]), dtype=np.int64)
