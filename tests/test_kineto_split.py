@@ -2,7 +2,8 @@
 
 Every Kineto fixture in tests/data, the foreign traces and the H200 traces are gunzipped into a temporary file and
 read every way with the several-process threshold at 0 bytes: two processes, and three processes taking segments
-as small as 64 KiB, so a big fixture is cut dozens of times.
+as small as 64 KiB, so a big fixture is cut dozens of times. The spilled reads fill every table's columns with
+threads, in small blocks.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA
-from dnnprof.ingest import kineto, kineto_split
+from dnnprof.ingest import kineto, kineto_split, kineto_tables, nesting
 from dnnprof.ingest.errors import TraceError
 from test_kineto_stream import assert_same_profile
 
@@ -55,6 +56,9 @@ NEVER = 1 << 62
 def test_segments_and_the_spill_give_the_one_piece_in_memory_profile(path: Path, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kineto_split, "SEGMENT_BYTES", 1 << 16)
+    monkeypatch.setattr(kineto_tables, "PARALLEL_ROWS", 0)  # only the spilled reads have several threads
+    monkeypatch.setattr(kineto_tables, "_BLOCK_ROWS", 1 << 12)
+    monkeypatch.setattr(nesting, "_POOL_QUERY_ROWS", 1 << 8)
     plain = _plain(path, tmp_path)
     ways = [{"parallel_min_bytes": 0, "spill_min_bytes": NEVER, "workers": 2},
             {"parallel_min_bytes": 0, "spill_min_bytes": 0, "workers": 3},

@@ -36,7 +36,7 @@ from dnnprof.ingest import progress
 from dnnprof.ingest.column_spill import SpilledColumns
 from dnnprof.ingest.errors import TraceError
 from dnnprof.ingest.graph_replays import match_captured_replays
-from dnnprof.ingest.kineto_split import PARALLEL_MIN_BYTES, read_in_parallel, worth_splitting
+from dnnprof.ingest.kineto_split import PARALLEL_MIN_BYTES, read_in_parallel, read_workers, worth_splitting
 from dnnprof.ingest.kineto_tables import EventColumns
 from dnnprof.ingest.nesting import distinct
 from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, read_pieces, split_events
@@ -515,7 +515,9 @@ def _read_profile_in(path: Path, rank: int | None, chunk_bytes: int, stream: boo
             cols, trace = EventColumns(), _decode(path, read_bytes(path), tally)
             _add_events(cols, trace.traceEvents)
             trace.traceEvents = []
-        profile = _build(path, rank, cols, trace, tally)
+        # A big trace's tables are filled by as many threads as it was read by processes.
+        threads = 1 if spill is None else read_workers() if workers is None else workers
+        profile = _build(path, rank, cols, trace, tally, threads)
         match_captured_replays(profile)
         release_pages()  # a big trace's mapped tables, touched by the steps: none resident when the read returns
         tally["no_dur"] += cols.negative_durations
@@ -605,7 +607,8 @@ def _decode_envelope(data: bytes) -> _Trace:
         raise SplitError("invalid UTF-8 in the document fields") from None
 
 
-def _build(path: Path, rank: int | None, cols: EventColumns, trace: _Trace, tally: Counter[str]) -> Profile:
+def _build(path: Path, rank: int | None, cols: EventColumns, trace: _Trace, tally: Counter[str],
+           threads: int = 1) -> Profile:
     info = trace.distributedInfo or {}
     if rank is None:
         rank = _int(info.get("rank"), 0) if isinstance(info, dict) else 0
@@ -613,7 +616,7 @@ def _build(path: Path, rank: int | None, cols: EventColumns, trace: _Trace, tall
             tally["bad_rank"] += 1
             rank = 0
     profile = Profile()
-    profile.tables.update(cols.tables(profile, rank))
+    profile.tables.update(cols.tables(profile, rank, threads))
     profile.devices = _devices(trace.deviceProperties, rank, tally)
     _vendor(profile, cols)
     base = trace.baseTimeNanoseconds

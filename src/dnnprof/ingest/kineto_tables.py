@@ -105,6 +105,11 @@ _GRID_UNKNOWN = (-1, -1, -1)
 
 #: Rows gathered at a time when a table is filled in time order (8 MiB per 64-bit column).
 _BLOCK_ROWS = 1 << 20
+#: Tables of at least this many rows have their columns filled by several threads side by side (numpy lets go of
+#: the interpreter while it gathers and converts); below, starting the threads would cost more than it saves.
+PARALLEL_ROWS = 1 << 16
+#: Threads that fill one table's columns, at most (each holds a few blocks of rows).
+MAX_FILL_THREADS = 8
 
 
 def _ns(values: np.ndarray) -> np.ndarray:
@@ -185,6 +190,9 @@ class EventColumns:
         self._keys: list[str] = []
         self._lut = np.empty(0, dtype=np.int32)
         self._profile = Profile()
+        self._threads = 1  # set by tables(): threads that may fill a big table's columns
+        self._pool: Any = None
+        self._pending: list[Any] = []  # columns being filled by the threads
 
     # --- per chunk ------------------------------------------------------------------------------------------
     def add(self, buckets: dict[str, list[Any]]) -> None:
@@ -313,23 +321,37 @@ class EventColumns:
             cols["bytes"] = _ints([a.bytes for a in args], 0)
 
     # --- at the end -----------------------------------------------------------------------------------------
-    def tables(self, profile: Profile, rank: int) -> dict[str, dict[str, np.ndarray]]:
-        """The canonical tables of everything added, with names interned into ``profile``."""
+    def tables(self, profile: Profile, rank: int, threads: int = 1) -> dict[str, dict[str, np.ndarray]]:
+        """The canonical tables of everything added, with names interned into ``profile``. The columns of a table
+        of :data:`PARALLEL_ROWS` rows or more are filled by up to ``threads`` threads; the tables are the same."""
         self._keys = list(self._strings)
         self._lut = np.full(len(self._keys) + 1, -1, dtype=np.int32)  # local id → profile id; [-1] stays -1
         self._profile = profile
+        self._threads = min(threads, MAX_FILL_THREADS)
+        try:
+            return self._tables(profile, rank)
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(cancel_futures=True)
+                self._pool, self._pending = None, []
+
+    def _tables(self, profile: Profile, rank: int) -> dict[str, dict[str, np.ndarray]]:
         # Spilled columns make tables of mapped columns, whose pages are given back as each column is done.
         done = self._done
         out = {"ops": self._ops(rank)}
         done()
         out["runtime"] = runtime = self._runtime(rank)
-        runtime["op_row"][:] = innermost_enclosing(out["ops"], runtime["tid"], runtime["start_ns"])
+        self._wait()
+        runtime["op_row"][:] = innermost_enclosing(out["ops"], runtime["tid"], runtime["start_ns"],
+                                                   self._pool_for(runtime["tid"].size))
         fwdbwd(out["ops"], self.flows)
         done()
+        index = correlation_index(runtime)
         for table in _GPU_TABLES:
             t = out[table] = self._gpu(table, rank)
+            self._wait()
             if table in ("kernels", "memcpy", "memset"):
-                link_by_correlation(t, runtime)
+                link_by_correlation(t, runtime, index)
             done()
         out["memory_events"] = self._memory_events(out["ops"], rank)
         none = (np.empty(0, dtype=np.int64), [])
@@ -349,7 +371,7 @@ class EventColumns:
         t["ts_ns"][:] = _ns(cols["ts"][order])
         for k in ("tid", "device_type", "device", "addr", "bytes", "total_allocated_bytes", "total_reserved_bytes"):
             t[k][:] = cols[k][order]
-        t["op_row"][:] = innermost_enclosing(ops, t["tid"], t["ts_ns"])
+        t["op_row"][:] = innermost_enclosing(ops, t["tid"], t["ts_ns"], self._pool_for(order.size))
         return t
 
     def _concat(self, table: str) -> tuple[Any, list[tuple[str, int]]]:
@@ -398,12 +420,37 @@ class EventColumns:
             release_pages()
 
     def _fill(self, dst: np.ndarray, src: np.ndarray, order: np.ndarray, fn: Any = None) -> None:
-        """``dst[i] = fn(src[order[i]])``, a block of rows at a time: no temporary of the table's length."""
-        for i in range(0, order.size, _BLOCK_ROWS):
-            o = order[i:i + _BLOCK_ROWS]
-            v = src[o]
-            dst[i:i + o.size] = v if fn is None else fn(v)
+        """``dst[i] = fn(src[order[i]])``, a block of rows at a time: no temporary of the table's length. In
+        another thread for a big table (:meth:`_wait` waits for them all), so ``fn`` must not intern names."""
+        pool = self._pool_for(order.size)
+        if pool is None:
+            _fill_blocks(dst, src, order, fn, _BLOCK_ROWS)
+            self._done()
+        else:
+            self._pending.append(pool.submit(self._fill_and_release, dst, src, order, fn))
+
+    def _fill_names(self, dst: np.ndarray, src: np.ndarray, order: np.ndarray) -> None:
+        """:meth:`_fill` interning names, in this thread: names are interned in the order of the calls."""
+        _fill_blocks(dst, src, order, self._intern, _BLOCK_ROWS)
         self._done()
+
+    def _fill_and_release(self, dst: np.ndarray, src: np.ndarray, order: np.ndarray, fn: Any) -> None:
+        _fill_blocks(dst, src, order, fn, _BLOCK_ROWS // self._threads)  # the threads' blocks: one thread's memory
+        self._done()
+
+    def _pool_for(self, rows: int) -> Any:
+        """The threads that fill a table of ``rows`` rows, started on the first big table; None: this thread."""
+        if self._pool is None and self._threads > 1 and rows >= PARALLEL_ROWS:
+            from concurrent.futures import ThreadPoolExecutor  # here: most reads have no big table
+
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="dnnprof-fill")
+        return self._pool if rows >= PARALLEL_ROWS else None
+
+    def _wait(self) -> None:
+        """Every column given to the threads is filled (the first error is raised)."""
+        pending, self._pending = self._pending, []
+        for f in pending:
+            f.result()
 
     def _start(self, table: str, cols: dict[str, np.ndarray], order: np.ndarray, rank: int) -> dict[str, np.ndarray]:
         """A table of ``order.size`` rows with rank, start and duration; the columns used are dropped from ``cols``
@@ -428,13 +475,14 @@ class EventColumns:
         t = self._start("ops", cols, order, rank)
         cats = np.concatenate([np.full(n, OP_CATEGORIES.index(c), dtype=np.int8) for c, n in counts])
         self._fill(t["tid"], cols.pop("tid"), order)
-        self._fill(t["name_id"], cols.pop("name"), order, self._intern)
+        self._fill_names(t["name_id"], cols.pop("name"), order)
         self._fill(t["category"], cats, order)
         for k in ("external_id", "sequence_nr", "fwd_thread_id"):
             self._fill(t[k], cols.pop(k), order)
-        self._fill(t["module_id"], cols.pop("module"), order, self._intern)
-        self._fill(t["stack_id"], cols.pop("stack"), order, self._intern)
-        self._fill(t["input_dims_id"], cols.pop("dims"), order, self._intern)
+        self._fill_names(t["module_id"], cols.pop("module"), order)
+        self._fill_names(t["stack_id"], cols.pop("stack"), order)
+        self._fill_names(t["input_dims_id"], cols.pop("dims"), order)
+        self._wait()
         nest(t)
         return t
 
@@ -446,7 +494,7 @@ class EventColumns:
         t = self._start("runtime", cols, order, rank)
         self._fill(t["tid"], cols.pop("tid"), order)
         names = cols.pop("name")
-        self._fill(t["name_id"], names, order, self._intern)
+        self._fill_names(t["name_id"], names, order)
         self._fill(t["api_kind"], names, order, lambda v: self._by_name(v, api_kind))
         del names
         self._fill(t["correlation"], cols.pop("correlation"), order)
@@ -466,7 +514,7 @@ class EventColumns:
         self._fill(t["device"], cols.pop("device"), order)
         self._fill(t["stream"], cols.pop("stream"), order)
         names = cols.pop("name")
-        self._fill(t["name_id"], names, order, self._intern)
+        self._fill_names(t["name_id"], names, order)
         if "correlation" in t:
             self._fill(t["correlation"], cols.pop("correlation"), order)
         if table == "kernels":
@@ -498,6 +546,13 @@ _NARROW = {
 }
 
 
+def _fill_blocks(dst: np.ndarray, src: np.ndarray, order: np.ndarray, fn: Any, rows: int) -> None:
+    for i in range(0, order.size, rows):
+        o = order[i:i + rows]
+        v = src[o]
+        dst[i:i + o.size] = v if fn is None else fn(v)
+
+
 def _duration_ns(values: np.ndarray) -> np.ndarray:
     return np.maximum(_ns(values), 0)
 
@@ -525,13 +580,20 @@ def modern_categories(buckets: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return out
 
 
-def link_by_correlation(gpu: dict[str, np.ndarray], runtime: dict[str, np.ndarray]) -> None:
-    """launch_row/op_row of GPU activities from the runtime call with the same correlation id."""
+def correlation_index(runtime: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The runtime calls' rows by correlation id, and their ids in that order (for :func:`link_by_correlation`)."""
+    order = np.argsort(runtime["correlation"], kind="stable")
+    return order, runtime["correlation"][order]
+
+
+def link_by_correlation(gpu: dict[str, np.ndarray], runtime: dict[str, np.ndarray],
+                        index: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    """launch_row/op_row of GPU activities from the runtime call with the same correlation id (``index``: the
+    runtime's :func:`correlation_index`, when it serves several tables)."""
     corr = runtime["correlation"]
     if corr.size == 0 or gpu["correlation"].size == 0:
         return
-    order = np.argsort(corr, kind="stable")
-    sc = corr[order]
+    order, sc = correlation_index(runtime) if index is None else index
     i = np.clip(np.searchsorted(sc, gpu["correlation"]), 0, sc.size - 1)
     hit = (sc[i] == gpu["correlation"]) & (gpu["correlation"] >= 0)
     gpu["launch_row"][:] = np.where(hit, order[i], -1)

@@ -16,6 +16,7 @@ before ``aten::t`` ended, on its own).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -280,10 +281,12 @@ def _walk_threads(starts: list[int], ends: list[int], thread: list[int]) -> tupl
     return np.array(parent, dtype=np.int64), np.array(depth, dtype=np.int64)
 
 
-def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarray, pool: Any = None) -> np.ndarray:
     """Row of the innermost op on the same thread whose [start, end) holds each time, -1 when none.
 
-    All threads at once: ops grouped by thread, starts and times keyed by (thread, rank) in one sorted array.
+    All threads at once: ops grouped by thread, starts and times keyed by (thread, rank) in one sorted array. With
+    a ``pool`` (a :class:`concurrent.futures.Executor` of threads), smaller blocks of times are looked up side by
+    side.
     """
     out = np.full(t.shape, -1, dtype=np.int32)
     if ops["start_ns"].size == 0 or t.size == 0:
@@ -317,15 +320,26 @@ def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarr
         op_key[lo:lo + o.size] = np.searchsorted(threads, ops["tid"][o]).astype(np.int64) * width \
             + start_pos(starts[o])
     release_pages()  # a big trace's mapped columns: the queries read a few rows of each
-    for lo in range(0, t.size, _QUERY_ROWS):  # the times a block at a time: temporaries of a block, not of t
-        hi = lo + _QUERY_ROWS
+
+    def block(lo: int, hi: int) -> None:
         out[lo:hi] = _innermost(tid[lo:hi], t[lo:hi], threads, time_pos, width, op_key, order, ops, parent)
         release_pages()
+
+    rows = _QUERY_ROWS if pool is None else _POOL_QUERY_ROWS
+    blocks = [(lo, lo + rows) for lo in range(0, t.size, rows)]  # temporaries of a block, not of t
+    if pool is None or len(blocks) < 2:
+        for lo, hi in blocks:
+            block(lo, hi)
+    else:
+        for f in [pool.submit(block, lo, hi) for lo, hi in blocks]:
+            f.result()
     return out
 
 
 #: Times looked up at once by :func:`innermost_enclosing` (a dozen temporaries of this many rows).
 _QUERY_ROWS = 1 << 20
+#: The same, per thread, when several threads look them up.
+_POOL_QUERY_ROWS = 1 << 16
 
 
 def _innermost(tid: np.ndarray, t: np.ndarray, threads: np.ndarray, time_pos: Callable[[np.ndarray], np.ndarray],

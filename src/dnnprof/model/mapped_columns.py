@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import weakref
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import numpy as np
 SUPPORTED = os.name == "posix" and hasattr(mmap, "MADV_DONTNEED")
 
 _MAPS: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
+_MAPS_LOCK = threading.Lock()  # a big trace's table columns are filled by several threads
 
 
 def mapped_column(folder: Path | None, dtype: np.dtype, n: int, fill: object) -> np.ndarray:
@@ -36,7 +38,8 @@ def mapped_column(folder: Path | None, dtype: np.dtype, n: int, fill: object) ->
     with tempfile.TemporaryFile(dir=folder, prefix="column-") as f:
         f.truncate(n * dtype.itemsize)
         m = mmap.mmap(f.fileno(), n * dtype.itemsize)  # the map keeps the file alive after it is closed
-    _MAPS.add(m)
+    with _MAPS_LOCK:
+        _MAPS.add(m)
     out = np.frombuffer(m, dtype=dtype)
     if fill != 0 and not (dtype.kind == "b" and not fill):  # a new file reads as zeros already
         out[:] = fill
@@ -53,7 +56,8 @@ def mapped_file(path: Path, dtype: np.dtype) -> np.ndarray:
         return np.fromfile(path, dtype=dtype)
     with path.open("rb") as f:
         m = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-    _MAPS.add(m)
+    with _MAPS_LOCK:
+        _MAPS.add(m)
     return np.frombuffer(m, dtype=dtype)
 
 
@@ -92,8 +96,10 @@ _TRIM: Any = None  # glibc's malloc_trim, once large_blocks_returned_on_free() h
 def release_pages() -> None:
     """Drop every mapped column's pages from this process's resident set (their contents stay in the file); and,
     for big traces, the free pages of malloc's heap (the small blocks of a stage that are freed stay in the heap,
-    interleaved with live ones, until it is trimmed)."""
-    for m in list(_MAPS):
+    interleaved with live ones, until it is trimmed). Any thread may call it."""
+    with _MAPS_LOCK:
+        maps = list(_MAPS)
+    for m in maps:
         if not m.closed:
             m.madvise(mmap.MADV_DONTNEED)
     if _TRIM is not None:
@@ -102,4 +108,6 @@ def release_pages() -> None:
 
 def mapped_bytes() -> int:
     """Bytes of all live mapped columns, resident or not."""
-    return sum(len(m) for m in list(_MAPS) if not m.closed)
+    with _MAPS_LOCK:
+        maps = list(_MAPS)
+    return sum(len(m) for m in maps if not m.closed)

@@ -1,0 +1,65 @@
+"""A big trace's tables are filled by several threads, and are the tables one thread fills."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dnnprof.ingest import kineto, kineto_tables, nesting
+from test_kineto_stream import assert_same_profile
+
+TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "deepspeech_train_h200.json.gz"
+NEVER = 1 << 62
+
+
+@pytest.fixture
+def trace() -> Path:
+    if not TRACE.is_file():
+        pytest.skip(f"{TRACE} is absent (the shared traces folder sits beside the repository)")
+    return TRACE
+
+
+def _threads_of(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> set[str]:
+    """Names of the threads that call ``module.name`` from now on."""
+    seen: set[str] = set()
+    original = getattr(module, name)
+
+    def recorded(*args: object, **kwargs: object) -> object:
+        seen.add(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, recorded)
+    return seen
+
+
+def test_threads_fill_the_tables_one_thread_fills(trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    one = kineto._read_profile(trace, None, spill_min_bytes=NEVER)
+    fills = _threads_of(monkeypatch, kineto_tables, "_fill_blocks")
+    lookups = _threads_of(monkeypatch, nesting, "_innermost")
+    monkeypatch.setattr(nesting, "_POOL_QUERY_ROWS", 1 << 12)  # the runtime's 90k launches: many blocks
+    threaded = kineto._read_profile(trace, None, spill_min_bytes=0, workers=4)
+    assert one.tables["runtime"]["start_ns"].size >= kineto_tables.PARALLEL_ROWS  # big enough for the threads
+    assert {n for n in fills if n.startswith("dnnprof-fill")}, fills
+    assert {n for n in lookups if n.startswith("dnnprof-fill")}, lookups
+    assert threading.current_thread().name in fills  # names are interned here, in order
+    assert_same_profile(one, threaded)
+
+
+def test_one_process_means_one_thread(trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fills = _threads_of(monkeypatch, kineto_tables, "_fill_blocks")
+    kineto._read_profile(trace, None, spill_min_bytes=0, workers=1)
+    assert fills == {threading.current_thread().name}
+
+
+def test_an_error_in_a_fill_thread_reaches_the_caller(trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(values: np.ndarray) -> np.ndarray:
+        raise ArithmeticError("boom in " + threading.current_thread().name)
+
+    monkeypatch.setattr(kineto_tables, "_duration_ns", failing)
+    monkeypatch.setattr(kineto_tables, "PARALLEL_ROWS", 0)  # the first table, the ops, has threads too
+    with pytest.raises(ArithmeticError, match="boom in dnnprof-fill"):
+        kineto._read_profile(trace, None, spill_min_bytes=0, workers=2)
+    assert not [t for t in threading.enumerate() if t.name.startswith("dnnprof-fill")]  # none left running
