@@ -6,8 +6,10 @@ The keys listed in docs/summary-json.md are a public contract: later versions ad
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -27,6 +29,7 @@ from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import API_KINDS, DEVICE_TYPES, MEMCPY_KINDS, MEMORY_KINDS
 
+T = TypeVar("T")
 SCHEMA = "dnnprof.summary/1"
 #: Host ops listed in the summary (by self time); the saved profile keeps all of them.
 HOST_OPS_IN_SUMMARY = 50
@@ -51,8 +54,17 @@ def analyse(profile: Profile, rank: int = 0) -> Analysis:
     # so the resident set holds what one stage reads, not every table.
     profile = with_steps(profile, rank)
     release_pages()
+    gpu_side = _beside(_gpu_side, profile, rank)  # numpy lets go of the interpreter: the two share the cores
     attribution = attribute(profile)
     release_pages()
+    util, occupancy = gpu_side()
+    kernels = kernel_summary(profile, attribution, rank=rank, occupancy=occupancy)
+    release_pages()
+    return Analysis(profile=profile, attribution=attribution, kernels=kernels, utilization=util, rank=rank)
+
+
+def _gpu_side(profile: Profile, rank: int) -> tuple[Utilization, dict[str, np.ndarray] | None]:
+    """The GPU's busy time, and the kernels' occupancy on its device (the attribution does not read them)."""
     util = utilization(profile, rank=rank)
     release_pages()
     device = profile.device(util.device, rank) or (profile.devices[0] if profile.devices else None)
@@ -60,9 +72,30 @@ def analyse(profile: Profile, rank: int = 0) -> Analysis:
     occupancy = kernel_occupancy(profile.tables["kernels"], device) \
         if device is not None and device_vendor(profile, device) in ("", "nvidia") else None
     release_pages()
-    kernels = kernel_summary(profile, attribution, rank=rank, occupancy=occupancy)
-    release_pages()
-    return Analysis(profile=profile, attribution=attribution, kernels=kernels, utilization=util, rank=rank)
+    return util, occupancy
+
+
+def _beside(fn: Callable[..., T], *args: Any) -> Callable[[], T]:
+    """Start ``fn(*args)`` in another thread; the returned function waits for its result (or raises its error)."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn(*args)))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            box.append((False, e))
+
+    thread = threading.Thread(target=run, name="dnnprof-analysis", daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    return result
 
 
 def _us(ns: float) -> float:

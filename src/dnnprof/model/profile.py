@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from dnnprof.model.schema import TABLES, empty_table
 #: Written into every saved profile; bump on an incompatible schema change.
 PROFILE_FORMAT = "dnnprof.profile/1"
 _META_FILE = "profile.json"
+_INDEX_LOCK = threading.Lock()  # a profile's string index is built once though the analysis's threads all ask
 
 
 class ProfileError(ValueError):
@@ -48,15 +50,24 @@ class Profile:
 
     # --- strings -------------------------------------------------------------------------------------------
     def intern(self, s: str) -> int:
-        """Id of ``s`` in ``strings``, adding it when new."""
-        if self._string_index is None:
-            self._string_index = {v: i for i, v in enumerate(self.strings)}
-        i = self._string_index.get(s)
+        """Id of ``s`` in ``strings``, adding it when new (one thread at a time interns; any may look up)."""
+        index = self._index()
+        i = index.get(s)
         if i is None:
             i = len(self.strings)
             self.strings.append(s)
-            self._string_index[s] = i
+            index[s] = i
         return i
+
+    def _index(self) -> dict[str, int]:
+        """The strings' ids by string, built on first use (once, whichever threads ask)."""
+        index = self._string_index
+        if index is None:
+            with _INDEX_LOCK:
+                if self._string_index is None:
+                    self._string_index = {v: i for i, v in enumerate(self.strings)}
+                index = self._string_index
+        return index
 
     def name(self, string_id: int) -> str:
         return self.strings[string_id] if string_id >= 0 else ""
@@ -94,9 +105,7 @@ class Profile:
 
     def string_id(self, s: str) -> int:
         """Id of ``s`` or -1 when the profile never mentions it."""
-        if self._string_index is None:
-            self._string_index = {v: i for i, v in enumerate(self.strings)}
-        return self._string_index.get(s, -1)
+        return self._index().get(s, -1)
 
     # --- tables --------------------------------------------------------------------------------------------
     def __getitem__(self, table: str) -> Table:

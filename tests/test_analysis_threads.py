@@ -1,0 +1,58 @@
+"""The analysis computes the GPU's busy time and the occupancy in a second thread, beside the attribution: the same
+results as one after the other, errors raised in the caller, and the profile's string index built once."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from conftest import DEEPSPEECH, GPT2
+from dnnprof.analysis import summary
+from dnnprof.analysis.attribution import attribute
+from dnnprof.analysis.steps import with_steps
+from dnnprof.ingest.kineto import read_kineto
+from dnnprof.model.profile import Profile
+
+
+@pytest.mark.parametrize("path", [DEEPSPEECH, GPT2], ids=lambda p: p.name)
+def test_the_threaded_analysis_is_the_serial_one(path) -> None:
+    threaded = summary.analyse(read_kineto(path))
+    profile = with_steps(read_kineto(path), 0)
+    attribution = attribute(profile)
+    util, occupancy = summary._gpu_side(profile, 0)
+    assert threaded.utilization == util
+    assert threaded.profile.strings == profile.strings  # the attribution's labels, interned in the same order
+    assert occupancy is not None and np.isfinite(occupancy["theoretical_occupancy_pct"]).any()
+    for a, b in zip(threaded.kernels, summary.kernel_summary(profile, attribution, 0, occupancy), strict=True):
+        assert (a.name, a.total_ns, a.layer, a.phase, a.theoretical_occupancy_pct) == \
+            (b.name, b.total_ns, b.layer, b.phase, b.theoretical_occupancy_pct)
+
+
+def test_an_error_beside_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(profile: Profile, rank: int) -> None:
+        raise ArithmeticError(f"boom in {threading.current_thread().name}")
+
+    monkeypatch.setattr(summary, "utilization", failing)
+    with pytest.raises(ArithmeticError, match="boom in dnnprof-analysis"):
+        summary.analyse(read_kineto(DEEPSPEECH))
+
+
+def test_the_string_index_is_built_once_whichever_threads_ask() -> None:
+    profile = Profile(strings=[f"s{i}" for i in range(200_000)])
+    start = threading.Barrier(8)
+    seen: list[int] = []
+
+    def ask() -> None:
+        start.wait()
+        seen.append(profile.string_id("s199999"))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    new = profile.intern("new")  # while they build it, or after
+    for t in threads:
+        t.join()
+    assert seen == [199_999] * 8
+    assert new == 200_000 and profile.string_id("new") == 200_000 and profile.strings[-1] == "new"
