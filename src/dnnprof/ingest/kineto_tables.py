@@ -22,7 +22,7 @@ from dnnprof.ingest.flow_points import NS_LIMIT, FlowPoints
 from dnnprof.ingest.nesting import innermost_enclosing, nest
 from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.profile import Profile
-from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS, OP_CATEGORIES, empty_table
+from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS, OP_CATEGORIES, empty_table, fill_value
 
 #: Kineto category → canonical table.
 TABLE_OF_CATEGORY = {
@@ -193,6 +193,7 @@ class EventColumns:
         self._threads = 1  # set by tables(): threads that may fill a big table's columns
         self._pool: Any = None
         self._pending: list[Any] = []  # columns being filled by the threads
+        self._unwritten: dict[int, np.ndarray] = {}  # the mapped columns of the table being made that no fill wrote
 
     # --- per chunk ------------------------------------------------------------------------------------------
     def add(self, buckets: dict[str, list[Any]]) -> None:
@@ -422,6 +423,7 @@ class EventColumns:
     def _fill(self, dst: np.ndarray, src: np.ndarray, order: np.ndarray, fn: Any = None) -> None:
         """``dst[i] = fn(src[order[i]])``, a block of rows at a time: no temporary of the table's length. In
         another thread for a big table (:meth:`_wait` waits for them all), so ``fn`` must not intern names."""
+        self._unwritten.pop(id(dst), None)
         pool = self._pool_for(order.size)
         if pool is None:
             _fill_blocks(dst, src, order, fn, _BLOCK_ROWS)
@@ -431,6 +433,7 @@ class EventColumns:
 
     def _fill_names(self, dst: np.ndarray, src: np.ndarray, order: np.ndarray) -> None:
         """:meth:`_fill` interning names, in this thread: names are interned in the order of the calls."""
+        self._unwritten.pop(id(dst), None)
         _fill_blocks(dst, src, order, self._intern, _BLOCK_ROWS)
         self._done()
 
@@ -446,16 +449,30 @@ class EventColumns:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="dnnprof-fill")
         return self._pool if rows >= PARALLEL_ROWS else None
 
+    def _written_later(self, t: dict[str, np.ndarray], *cols: str) -> None:
+        """Columns of ``t`` that a later step writes in full (no fill value needed first)."""
+        for c in cols:
+            self._unwritten.pop(id(t[c]), None)
+
     def _wait(self) -> None:
-        """Every column given to the threads is filled (the first error is raised)."""
+        """Every column given to the threads is filled (the first error is raised), and the table's mapped columns
+        that no fill wrote hold their fill value."""
         pending, self._pending = self._pending, []
         for f in pending:
             f.result()
+        unwritten, self._unwritten = self._unwritten, {}
+        for col in unwritten.values():
+            col[:] = fill_value(col.dtype)
+            self._done()
 
     def _start(self, table: str, cols: dict[str, np.ndarray], order: np.ndarray, rank: int) -> dict[str, np.ndarray]:
         """A table of ``order.size`` rows with rank, start and duration; the columns used are dropped from ``cols``
         (as every later one is, once copied in order: a table's input shrinks as its output grows)."""
-        t = empty_table(table, order.size, None if self._spill is None else self._spill.folder)
+        # A big table's mapped columns are made as zeros: those the fills write are written once (see _wait).
+        t = empty_table(table, order.size, None if self._spill is None else self._spill.folder, prefill=False)
+        if self._spill is not None:
+            self._unwritten = {id(c): c for c in t.values()}
+            self._unwritten.pop(id(t["rank"]))
         t["rank"][:] = rank
         if order.size:
             self._fill(t["start_ns"], cols.pop("ts"), order, _ns)
@@ -482,6 +499,7 @@ class EventColumns:
         self._fill_names(t["module_id"], cols.pop("module"), order)
         self._fill_names(t["stack_id"], cols.pop("stack"), order)
         self._fill_names(t["input_dims_id"], cols.pop("dims"), order)
+        self._written_later(t, "parent_row", "depth")
         self._wait()
         nest(t)
         return t
@@ -501,6 +519,7 @@ class EventColumns:
         self._fill(t["cbid"], cols.pop("cbid"), order)
         driver = np.concatenate([np.full(n, c == "cuda_driver") for c, n in counts])
         self._fill(t["driver"], driver, order)
+        self._written_later(t, "op_row")  # by tables(), once the ops are nested
         return t
 
     def _gpu(self, table: str, rank: int) -> dict[str, np.ndarray]:

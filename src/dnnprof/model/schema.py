@@ -201,20 +201,26 @@ TABLES: dict[str, tuple[Column, ...]] = {
 }
 
 
-def empty_table(name: str, n: int = 0, mapped: Path | None = None) -> dict[str, np.ndarray]:
-    """Columns of table ``name`` with ``n`` rows of fill values (-1, NaN or False); ``mapped``: a folder in which
-    the columns are temporary files mapped into memory (:mod:`dnnprof.model.mapped_columns`), for big tables."""
+def empty_table(name: str, n: int = 0, mapped: Path | None = None, prefill: bool = True) -> dict[str, np.ndarray]:
+    """Columns of table ``name`` with ``n`` rows of fill values (:func:`fill_value`); ``mapped``: a folder in which
+    the columns are temporary files mapped into memory (:mod:`dnnprof.model.mapped_columns`), for big tables.
+    ``prefill=False``: mapped columns start as zeros, for a caller that writes every value of them or fills them."""
     out: dict[str, np.ndarray] = {}
     for col in TABLES[name]:
         dt = np.dtype(col.dtype)
-        fill = np.nan if dt.kind == "f" else False if dt.kind == "b" else -1
+        fill = fill_value(dt)
         if mapped is not None:
             from dnnprof.model.mapped_columns import mapped_column
 
-            out[col.name] = mapped_column(mapped, dt, n, fill)
+            out[col.name] = mapped_column(mapped, dt, n, fill if prefill else 0)
         else:
             out[col.name] = np.full(n, fill, dtype=dt)
     return out
+
+
+def fill_value(dtype: np.dtype) -> float | bool | int:
+    """What a column of ``dtype`` holds where nothing is known: NaN, False or -1."""
+    return np.nan if dtype.kind == "f" else False if dtype.kind == "b" else -1
 
 
 def schema_markdown() -> str:
