@@ -56,3 +56,41 @@ def test_the_string_index_is_built_once_whichever_threads_ask() -> None:
         t.join()
     assert seen == [199_999] * 8
     assert new == 200_000 and profile.string_id("new") == 200_000 and profile.strings[-1] == "new"
+
+
+@pytest.mark.parametrize("path", [DEEPSPEECH, GPT2], ids=lambda p: p.name)
+def test_the_rules_prepared_beside_the_summary_find_the_same(path) -> None:
+    from dnnprof.analysis.rules import findings_from_analysis, prepare
+    from dnnprof.runs.report import report
+
+    analysis, doc = report(read_kineto(path))  # prepared beside the summary
+    assert doc["findings"]
+    fresh = summary.summary_of(summary.analyse(read_kineto(path)))
+    fresh["findings"] = findings_from_analysis(summary.analyse(read_kineto(path)), fresh)  # no preparation
+    assert doc == fresh
+    again = summary.summary_of(analysis)
+    assert findings_from_analysis(analysis, again, prepare(analysis)) == doc["findings"]
+
+
+def test_a_context_asked_for_the_document_before_it_exists_says_so() -> None:
+    from dnnprof.analysis.rules import prepare
+
+    ctx = prepare(summary.analyse(read_kineto(DEEPSPEECH)))
+    with pytest.raises(RuntimeError, match="before it was made"):
+        ctx.vendor  # noqa: B018 - reads the document's device
+    assert ctx.with_doc({"device": {"vendor": "nvidia"}}).vendor == "nvidia"
+
+
+def test_a_huge_trace_is_analysed_one_part_after_the_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[str] = []
+    utilization = summary.utilization
+
+    def recorded(*args: object, **kwargs: object) -> object:
+        threads.append(threading.current_thread().name)
+        return utilization(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(summary, "utilization", recorded)
+    summary.analyse(read_kineto(DEEPSPEECH))
+    monkeypatch.setattr(summary, "SIDE_BY_SIDE_MAX_ROWS", 1000)  # fewer than its kernels
+    summary.analyse(read_kineto(DEEPSPEECH))
+    assert threads == ["dnnprof-analysis", threading.current_thread().name]

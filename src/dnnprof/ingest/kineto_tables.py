@@ -20,7 +20,7 @@ from dnnprof.ingest.collectives import CollectiveArgs, collectives_table
 from dnnprof.ingest.column_spill import NAME_COLUMNS, LazyTable, SpilledColumns
 from dnnprof.ingest.flow_points import NS_LIMIT, FlowPoints
 from dnnprof.ingest.nesting import innermost_enclosing, nest
-from dnnprof.model.mapped_columns import release_pages
+from dnnprof.model.mapped_columns import release_pages, release_pages_of
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS, OP_CATEGORIES, empty_table, fill_value
 
@@ -426,7 +426,7 @@ class EventColumns:
         self._unwritten.pop(id(dst), None)
         pool = self._pool_for(order.size)
         if pool is None:
-            _fill_blocks(dst, src, order, fn, _BLOCK_ROWS)
+            _fill_blocks(dst, src, order, fn, _BLOCK_ROWS, False)
             self._done()
         else:
             self._pending.append(pool.submit(self._fill_and_release, dst, src, order, fn))
@@ -434,11 +434,12 @@ class EventColumns:
     def _fill_names(self, dst: np.ndarray, src: np.ndarray, order: np.ndarray) -> None:
         """:meth:`_fill` interning names, in this thread: names are interned in the order of the calls."""
         self._unwritten.pop(id(dst), None)
-        _fill_blocks(dst, src, order, self._intern, _BLOCK_ROWS)
+        _fill_blocks(dst, src, order, self._intern, _BLOCK_ROWS, self._pool is not None)
         self._done()
 
     def _fill_and_release(self, dst: np.ndarray, src: np.ndarray, order: np.ndarray, fn: Any) -> None:
-        _fill_blocks(dst, src, order, fn, _BLOCK_ROWS // self._threads)  # the threads' blocks: one thread's memory
+        # Each thread's blocks are a share of one thread's, and a spilled read's pages go back block by block.
+        _fill_blocks(dst, src, order, fn, _BLOCK_ROWS // self._threads, self._spill is not None)
         self._done()
 
     def _pool_for(self, rows: int) -> Any:
@@ -565,11 +566,15 @@ _NARROW = {
 }
 
 
-def _fill_blocks(dst: np.ndarray, src: np.ndarray, order: np.ndarray, fn: Any, rows: int) -> None:
+def _fill_blocks(dst: np.ndarray, src: np.ndarray, order: np.ndarray, fn: Any, rows: int, release: bool) -> None:
+    """``dst[i] = fn(src[order[i]])`` ``rows`` rows at a time; ``release``: mapped columns' pages given back after
+    each block (with several columns filled at once, each would otherwise become resident whole)."""
     for i in range(0, order.size, rows):
         o = order[i:i + rows]
         v = src[o]
         dst[i:i + o.size] = v if fn is None else fn(v)
+        if release:
+            release_pages_of(dst, src)
 
 
 def _duration_ns(values: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ from dnnprof.ingest.detect import kind_of, open_profile
 from dnnprof.model.mapped_columns import release_pages
 
 if TYPE_CHECKING:
+    from dnnprof.analysis.rules.context import Context
     from dnnprof.analysis.summary import Analysis
     from dnnprof.model.profile import Profile
 
@@ -41,11 +42,12 @@ def summary_document(analysis: Analysis, extras: dict[str, Any] | None = None,
     return doc
 
 
-def with_findings(analysis: Analysis, doc: dict[str, Any]) -> dict[str, Any]:
-    """``doc`` with its findings (and the checks on them), computed on the complete document."""
+def with_findings(analysis: Analysis, doc: dict[str, Any], prepared: Context | None = None) -> dict[str, Any]:
+    """``doc`` with its findings (and the checks on them), computed on the complete document (``prepared``: the
+    rules' context made beside it, :func:`dnnprof.analysis.rules.prepare`)."""
     from dnnprof.analysis.rules import findings_from_analysis
 
-    doc["findings"] = findings_from_analysis(analysis, doc)
+    doc["findings"] = findings_from_analysis(analysis, doc, prepared)
     return doc
 
 
@@ -57,13 +59,17 @@ def report(profile: Profile, rank: int | None = None, extras: dict[str, Any] | N
     rank = default_rank(profile.ranks) if rank is None else rank
     if rank not in profile.ranks:
         raise ReportError(f"no rank {rank} (ranks in the trace: {profile.ranks})")
-    from dnnprof.analysis.summary import analyse  # after the read: the analysis's imports are not start-up's
+    from dnnprof.analysis.beside import beside  # after the read: the analysis's imports are not start-up's
+    from dnnprof.analysis.rules import prepare
+    from dnnprof.analysis.summary import analyse, side_by_side
 
     analysis = analyse(profile, rank=rank)
+    # the rules' idle-gap timeline, made while the summary is (for a huge trace, when the rules ask for it)
+    prepared = beside(prepare, analysis) if side_by_side(profile) else None
     across = None if across_ranks is None else across_ranks(analysis)
     doc = summary_document(analysis, extras, across)
     release_pages()  # a big trace's mapped columns read by the summary (see analyse)
-    doc = with_findings(analysis, doc)
+    doc = with_findings(analysis, doc, None if prepared is None else prepared())
     release_pages()
     return analysis, doc
 

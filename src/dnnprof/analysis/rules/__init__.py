@@ -35,7 +35,7 @@ from dnnprof.model.profile import Profile
 #: (``analysis.utilization.GPU_WORK_MIN_US``, ``GPU_WORK_MIN_HOST_PCT``).
 GPU_WORK_GROUPS = ("kernels", "precision")
 
-__all__ = ["REGISTRY", "Finding", "findings_for", "findings_from_analysis", "run_rules", "severity_for"]
+__all__ = ["REGISTRY", "Finding", "findings_for", "findings_from_analysis", "prepare", "run_rules", "severity_for"]
 
 
 def findings_for(profile: Profile, doc: dict[str, Any], rank: int = 0) -> list[dict[str, Any]]:
@@ -43,13 +43,24 @@ def findings_for(profile: Profile, doc: dict[str, Any], rank: int = 0) -> list[d
     return findings_from_analysis(analyse(profile, rank), doc)
 
 
-def findings_from_analysis(analysis: Analysis, doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Like :func:`findings_for`, from an :class:`Analysis` the caller already has.
+def findings_from_analysis(analysis: Analysis, doc: dict[str, Any], prepared: Context | None = None) \
+        -> list[dict[str, Any]]:
+    """Like :func:`findings_for`, from an :class:`Analysis` the caller already has (``prepared``: its
+    :func:`prepare`, made while the summary was).
 
     Also adds the ``finding-offenders`` check to ``doc["checks"]``; findings resting on a broken check carry
     ``unreliable`` (why) and come last (``analysis.checks.review_findings``).
     """
-    return review_findings(doc, [f.to_dict() for f in run_rules(Context(analysis, doc))])
+    ctx = Context(analysis, doc) if prepared is None else prepared.with_doc(doc)
+    return review_findings(doc, [f.to_dict() for f in run_rules(ctx)])
+
+
+def prepare(analysis: Analysis) -> Context:
+    """The rules' context before the summary document exists, with what rests on the analysis alone built (the
+    idle-gap timeline), so a caller can make it beside the summary and hand it to :func:`findings_from_analysis`."""
+    ctx = Context(analysis, None)
+    ctx.timeline  # noqa: B018 - built now, kept by the context
+    return ctx
 
 
 def run_rules(ctx: Context, only: set[str] | None = None) -> list[Finding]:

@@ -46,13 +46,20 @@ FILE_NAME_FLAGS = {
 class Context:
     """One rank of one profile, analysed, as the rules see it."""
 
-    def __init__(self, analysis: Analysis, doc: dict[str, Any]) -> None:
+    def __init__(self, analysis: Analysis, doc: dict[str, Any] | None) -> None:
+        """``doc``: the summary document, or None until it is made (:meth:`with_doc`; meanwhile only what rests on
+        the analysis alone may be asked for: reading the document raises)."""
         self.a = analysis
-        self.doc = doc
+        self.doc: dict[str, Any] = _NoDocYet() if doc is None else doc
         self.profile: Profile = analysis.profile
         self.rank = analysis.rank
         self.kernels: list[KernelRow] = analysis.kernels
         self.util = analysis.utilization
+
+    def with_doc(self, doc: dict[str, Any]) -> Context:
+        """This context, its summary document now made."""
+        self.doc = doc
+        return self
 
     # --- sizes -----------------------------------------------------------------------------------------------
     @cached_property
@@ -281,6 +288,15 @@ class Context:
             if token in name:
                 return value
         return None
+
+
+class _NoDocYet(dict):  # type: ignore[type-arg]
+    """The document of a context made before it: any read is a mistake, said at once rather than read as empty."""
+
+    def _missing(self, *args: object, **kwargs: object) -> Any:
+        raise RuntimeError("the rules' context was asked for the summary document before it was made")
+
+    get = __getitem__ = __contains__ = __iter__ = __len__ = keys = items = values = _missing
 
 
 def _parse_json_object(s: str) -> dict[str, Any] | None:
