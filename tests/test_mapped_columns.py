@@ -63,6 +63,29 @@ def test_mapped_tables_start_with_the_fill_values_and_released_pages_keep_theirs
     assert not list(tmp_path.iterdir())  # the files are unlinked from the start
 
 
+def _resident_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 1e6
+
+
+def test_the_pages_of_the_columns_named_go_back_and_no_others(tmp_path: Path) -> None:
+    a = mapped_columns.mapped_column(tmp_path, np.dtype(np.int64), 4 << 20, 0)  # 32 MB each
+    b = mapped_columns.mapped_column(tmp_path, np.dtype(np.int64), 4 << 20, 0)
+    a[:], b[:] = 3, 4
+    before = _resident_mb()
+    mapped_columns.release_pages_of(a.reshape(-1, 2)[:, 1], np.ones(10))  # a view of one, and a plain array
+    dropped = before - _resident_mb()
+    assert 30 < dropped < 40, dropped  # a's 32 MB, not b's
+    assert (a == 3).all() and (b == 4).all()
+
+
+def test_a_table_made_for_writing_is_zeros_where_mapped(tmp_path: Path) -> None:
+    mapped = empty_table("kernels", 1000, mapped=tmp_path, prefill=False)
+    assert all(not c.any() for c in mapped.values())
+    plain = empty_table("kernels", 1000, prefill=False)  # in memory: the fill values, as always
+    assert (plain["grid_x"] == -1).all() and np.isnan(plain["est_occupancy_pct"]).all()
+
+
 def test_empty_and_in_memory_tables_are_plain_arrays() -> None:
     assert empty_table("kernels", 0, mapped=Path(".")).keys() == empty_table("kernels", 0).keys()
     for col, a in empty_table("runtime", 3).items():
