@@ -21,7 +21,9 @@ def test_the_threaded_analysis_is_the_serial_one(path) -> None:
     threaded = summary.analyse(read_kineto(path))
     profile = with_steps(read_kineto(path), 0)
     attribution = attribute(profile)
-    util, occupancy = summary._gpu_side(profile, 0)
+    device = summary.primary_device(profile, 0)
+    occupancy = summary._occupancy(profile, device, 0)
+    util = summary.utilization(profile, 0)
     assert threaded.utilization == util
     assert threaded.profile.strings == profile.strings  # the attribution's labels, interned in the same order
     assert occupancy is not None and np.isfinite(occupancy["theoretical_occupancy_pct"]).any()
@@ -31,7 +33,7 @@ def test_the_threaded_analysis_is_the_serial_one(path) -> None:
 
 
 def test_an_error_beside_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
-    def failing(profile: Profile, rank: int) -> None:
+    def failing(*args: object) -> None:
         raise ArithmeticError(f"boom in {threading.current_thread().name}")
 
     monkeypatch.setattr(summary, "utilization", failing)
@@ -94,3 +96,15 @@ def test_a_huge_trace_is_analysed_one_part_after_the_other(monkeypatch: pytest.M
     monkeypatch.setattr(summary, "SIDE_BY_SIDE_MAX_ROWS", 1000)  # fewer than its kernels
     summary.analyse(read_kineto(DEEPSPEECH))
     assert threads == ["dnnprof-analysis", threading.current_thread().name]
+
+
+@pytest.mark.parametrize("path", [DEEPSPEECH, GPT2], ids=lambda p: p.name)
+def test_checks_made_before_the_summary_are_the_checks_made_after(path) -> None:
+    from dnnprof.analysis.checks import analysis_checks, profile_checks
+
+    a = summary.analyse(read_kineto(path))
+    doc = summary.summary_of(a)  # made its checks in another thread
+    made = analysis_checks(a)
+    assert set(made) == {"profile_invariants", "step_durations", "step_windows", "forward_present", "busy_vs_nvml"}
+    assert [c.to_dict() for c in profile_checks(a, doc, made)] == [c.to_dict() for c in profile_checks(a, doc)] \
+        == doc["checks"]

@@ -22,7 +22,7 @@ has a stable id (a public contract, like finding ids) and returns ``ok`` with a 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -323,12 +323,33 @@ def _activity(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
     return merge(np.concatenate(starts).astype(np.int64), np.concatenate(ends).astype(np.int64))
 
 
-def profile_checks(a: Analysis, doc: dict[str, Any]) -> list[Check]:
-    """Every check that needs no findings, in a fixed order; ``doc`` is the summary built so far."""
+#: The checks that need no findings, in the order the summary lists them: (check, whether it reads the summary).
+_PROFILE_CHECKS: tuple[tuple[Callable[..., Check], bool], ...] = (
+    (profile_invariants, False), (step_durations, False), (step_windows, False), (kernel_totals, True),
+    (phases_sum, True), (forward_present, False), (attribution_coverage, True), (busy_vs_nvml, False),
+)
+
+
+def analysis_checks(a: Analysis) -> dict[str, Check]:
+    """The checks that read the analysis alone, by function name: made before the summary is (in another thread)
+    and handed to :func:`profile_checks`."""
+    out = {}
+    for check, reads_doc in _PROFILE_CHECKS:
+        if not reads_doc:
+            out[check.__name__] = check(a)
+            release_pages()  # a big trace's mapped columns: one check's pages at a time (model.mapped_columns)
+    return out
+
+
+def profile_checks(a: Analysis, doc: dict[str, Any], made: dict[str, Check] | None = None) -> list[Check]:
+    """Every check that needs no findings, in a fixed order; ``doc`` is the summary built so far; ``made``: the
+    :func:`analysis_checks` already made."""
     out = []
-    for check in (profile_invariants, step_durations, step_windows, lambda a: kernel_totals(a, doc),
-                  lambda a: phases_sum(a, doc), forward_present, lambda a: attribution_coverage(a, doc), busy_vs_nvml):
-        out.append(check(a))
+    for check, reads_doc in _PROFILE_CHECKS:
+        if made is not None and check.__name__ in made:
+            out.append(made[check.__name__])
+            continue
+        out.append(check(a, doc) if reads_doc else check(a))
         release_pages()  # a big trace's mapped columns: one check's pages at a time (model.mapped_columns)
     return out
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from dnnprof.analysis.attribution import PHASES, Attribution, attribute
 from dnnprof.analysis.beside import beside
-from dnnprof.analysis.checks import profile_checks
+from dnnprof.analysis.checks import analysis_checks, profile_checks
 from dnnprof.analysis.collectives import collectives_across
 from dnnprof.analysis.critical_path import critical_path
 from dnnprof.analysis.host_ops import host_ops
@@ -22,7 +22,7 @@ from dnnprof.analysis.occupancy import kernel_occupancy
 from dnnprof.analysis.ranks import rank_overview
 from dnnprof.analysis.serving import serving_loop
 from dnnprof.analysis.steps import step_source, with_steps
-from dnnprof.analysis.utilization import Utilization, utilization
+from dnnprof.analysis.utilization import Utilization, primary_device, utilization
 from dnnprof.model.device import DeviceInfo
 from dnnprof.model.mapped_columns import release_pages
 from dnnprof.model.profile import Profile
@@ -56,11 +56,16 @@ def analyse(profile: Profile, rank: int = 0) -> Analysis:
     # so the resident set holds what one stage reads, not every table.
     profile = with_steps(profile, rank)
     release_pages()
-    # numpy lets go of the interpreter: the two share the cores
-    gpu_side = beside(_gpu_side, profile, rank, thread=side_by_side(profile))
+    device = primary_device(profile, rank)
+    # The GPU's busy time beside the attribution and the occupancy (numpy lets go of the interpreter as it sorts and
+    # gathers: the two threads share the cores).
+    util_later = beside(utilization, profile, rank, device, thread=side_by_side(profile))
     attribution = attribute(profile)
     release_pages()
-    util, occupancy = gpu_side()
+    occupancy = _occupancy(profile, device, rank)
+    release_pages()
+    util = util_later()
+    release_pages()
     kernels = kernel_summary(profile, attribution, rank=rank, occupancy=occupancy)
     release_pages()
     return Analysis(profile=profile, attribution=attribution, kernels=kernels, utilization=util, rank=rank)
@@ -72,16 +77,13 @@ def side_by_side(profile: Profile) -> bool:
     return sum(profile.rows(t) for t in ("kernels", "memcpy", "memset")) <= SIDE_BY_SIDE_MAX_ROWS
 
 
-def _gpu_side(profile: Profile, rank: int) -> tuple[Utilization, dict[str, np.ndarray] | None]:
-    """The GPU's busy time, and the kernels' occupancy on its device (the attribution does not read them)."""
-    util = utilization(profile, rank=rank)
-    release_pages()
-    device = profile.device(util.device, rank) or (profile.devices[0] if profile.devices else None)
+def _occupancy(profile: Profile, device_id: int, rank: int) -> dict[str, np.ndarray] | None:
+    """The kernels' theoretical occupancy on the rank's device (``analysis.occupancy``); None where unknown."""
+    device = profile.device(device_id, rank) or (profile.devices[0] if profile.devices else None)
     # The occupancy calculator holds NVIDIA's per-architecture limits: no answer for other vendors' devices.
-    occupancy = kernel_occupancy(profile.tables["kernels"], device) \
-        if device is not None and device_vendor(profile, device) in ("", "nvidia") else None
-    release_pages()
-    return util, occupancy
+    if device is None or device_vendor(profile, device) not in ("", "nvidia"):
+        return None
+    return kernel_occupancy(profile.tables["kernels"], device)
 
 
 def _us(ns: float) -> float:
@@ -111,6 +113,7 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
     elsewhere (``analysis.ranks.overview_of_rows``, ``analysis.critical_path.reduce_parts`` over every rank of a
     folder) when ``a`` holds one rank of several; None computes them from ``a.profile``."""
     p, u, rank = a.profile, a.utilization, a.rank
+    made_checks = beside(analysis_checks, a, thread=side_by_side(p))  # the checks that need no summary, meanwhile
     dev = p.device(u.device, rank) or (p.devices[0] if p.devices else None)
     steps = p.tables["steps"]
     ssel = steps["rank"] == rank
@@ -212,7 +215,7 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
         colls = collectives_across(p) if across_ranks is None else across_ranks.get("collectives")
         if colls is not None:
             doc["collectives"] = colls
-    doc["checks"] = [c.to_dict() for c in profile_checks(a, doc)]
+    doc["checks"] = [c.to_dict() for c in profile_checks(a, doc, made_checks())]
     return doc
 
 
