@@ -57,14 +57,20 @@ def analyse(profile: Profile, rank: int = 0) -> Analysis:
     profile = with_steps(profile, rank)
     release_pages()
     device = primary_device(profile, rank)
-    # The GPU's busy time beside the attribution and the occupancy (numpy lets go of the interpreter as it sorts and
-    # gathers: the two threads share the cores).
-    util_later = beside(utilization, profile, rank, device, thread=side_by_side(profile))
-    attribution = attribute(profile)
-    release_pages()
-    occupancy = _occupancy(profile, device, rank)
-    release_pages()
-    util = util_later()
+    if side_by_side(profile):
+        # The GPU's busy time beside the attribution and the occupancy (numpy lets go of the interpreter as it sorts
+        # and gathers: the two threads share the cores).
+        util_later = beside(utilization, profile, rank, device)
+        attribution = attribute(profile)
+        release_pages()
+        occupancy = _occupancy(profile, device, rank)
+        util = util_later()
+    else:  # one after the other, the occupancy's columns made after the busy time's peak, not held through it
+        attribution = attribute(profile)
+        release_pages()
+        util = utilization(profile, rank, device)
+        release_pages()
+        occupancy = _occupancy(profile, device, rank)
     release_pages()
     kernels = kernel_summary(profile, attribution, rank=rank, occupancy=occupancy)
     release_pages()
