@@ -45,10 +45,12 @@ def test_the_string_index_is_built_once_whichever_threads_ask() -> None:
     profile = Profile(strings=[f"s{i}" for i in range(200_000)])
     start = threading.Barrier(8)
     seen: list[int] = []
+    indexes: set[int] = set()
 
     def ask() -> None:
         start.wait()
         seen.append(profile.string_id("s199999"))
+        indexes.add(id(profile._index()))
 
     threads = [threading.Thread(target=ask) for _ in range(8)]
     for t in threads:
@@ -57,6 +59,7 @@ def test_the_string_index_is_built_once_whichever_threads_ask() -> None:
     for t in threads:
         t.join()
     assert seen == [199_999] * 8
+    assert len(indexes) == 1  # one dict, built once: a second build would have dropped "new"
     assert new == 200_000 and profile.string_id("new") == 200_000 and profile.strings[-1] == "new"
 
 
@@ -108,3 +111,59 @@ def test_checks_made_before_the_summary_are_the_checks_made_after(path) -> None:
     assert set(made) == {"profile_invariants", "step_durations", "step_windows", "forward_present", "busy_vs_nvml"}
     assert [c.to_dict() for c in profile_checks(a, doc, made)] == [c.to_dict() for c in profile_checks(a, doc)] \
         == doc["checks"]
+
+
+def test_names_read_while_another_thread_interns() -> None:
+    profile = Profile(strings=["a"])
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                assert profile.names(np.array([-1, 0])).tolist() == ["", "a"]
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+                return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for i in range(100_000):
+        profile.intern(f"s{i}")
+    done.set()
+    reader.join()
+    assert not errors, errors[0]
+
+
+def test_the_caller_failing_first_waits_for_the_thread() -> None:
+    from dnnprof.analysis.beside import Beside
+
+    started, finished = threading.Event(), threading.Event()
+
+    def slow() -> int:
+        started.set()
+        threading.Event().wait(0.2)
+        finished.set()
+        raise ValueError("the thread's own error")
+
+    with pytest.raises(ZeroDivisionError), Beside(slow) as later:
+        started.wait()
+        1 / 0  # noqa: B018 - the caller fails before asking for the result
+    assert finished.is_set()  # the block did not end before the thread
+    assert not [t for t in threading.enumerate() if t.name == "dnnprof-analysis"]
+    with pytest.raises(ValueError, match="own error"):
+        later()  # its error is kept for whoever asks
+
+
+@pytest.mark.parametrize("path", [DEEPSPEECH, GPT2], ids=lambda p: p.name)
+def test_a_mapped_profile_analysed_side_by_side_is_the_in_memory_one(path) -> None:
+    import json
+
+    from dnnprof.ingest import kineto
+    from dnnprof.runs.report import report
+
+    mapped = kineto._read_profile(path, None, spill_min_bytes=0)  # tables in mapped files, pages given back
+    assert isinstance(mapped.tables["kernels"]["start_ns"].base, memoryview)
+    assert summary.side_by_side(mapped)
+    plain = kineto._read_profile(path, None, spill_min_bytes=1 << 62)
+    assert json.dumps(report(mapped)[1], sort_keys=True) == json.dumps(report(plain)[1], sort_keys=True)

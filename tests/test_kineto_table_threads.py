@@ -8,18 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import DEEPSPEECH, GPT2
 from dnnprof.ingest import kineto, kineto_tables, nesting
 from test_kineto_stream import assert_same_profile
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "deepspeech_train_h200.json.gz"
 NEVER = 1 << 62
 
 
 @pytest.fixture
 def trace() -> Path:
-    if not TRACE.is_file():
-        pytest.skip(f"{TRACE} is absent (the shared traces folder sits beside the repository)")
-    return TRACE
+    return DEEPSPEECH
 
 
 def _threads_of(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> set[str]:
@@ -39,7 +37,8 @@ def test_threads_fill_the_tables_one_thread_fills(trace: Path, monkeypatch: pyte
     one = kineto._read_profile(trace, None, spill_min_bytes=NEVER)
     fills = _threads_of(monkeypatch, kineto_tables, "_fill_blocks")
     lookups = _threads_of(monkeypatch, nesting, "_innermost")
-    monkeypatch.setattr(nesting, "_POOL_QUERY_ROWS", 1 << 12)  # the runtime's 90k launches: many blocks
+    monkeypatch.setattr(kineto_tables, "PARALLEL_ROWS", 1 << 12)  # the fixture's 13k launches count as many
+    monkeypatch.setattr(nesting, "_POOL_QUERY_ROWS", 1 << 10)  # and are looked up in many blocks
     threaded = kineto._read_profile(trace, None, spill_min_bytes=0, workers=4)
     assert one.tables["runtime"]["start_ns"].size >= kineto_tables.PARALLEL_ROWS  # big enough for the threads
     assert {n for n in fills if n.startswith("dnnprof-fill")}, fills
@@ -48,7 +47,18 @@ def test_threads_fill_the_tables_one_thread_fills(trace: Path, monkeypatch: pyte
     assert_same_profile(one, threaded)
 
 
+@pytest.mark.parametrize("path", [DEEPSPEECH, GPT2], ids=lambda p: p.parent.name)
+def test_every_table_filled_by_threads_in_small_blocks_is_the_same(path: Path, monkeypatch: pytest.MonkeyPatch) \
+        -> None:
+    one = kineto._read_profile(path, None, spill_min_bytes=NEVER)
+    monkeypatch.setattr(kineto_tables, "PARALLEL_ROWS", 0)
+    monkeypatch.setattr(kineto_tables, "_BLOCK_ROWS", 1 << 10)
+    monkeypatch.setattr(nesting, "_POOL_QUERY_ROWS", 1 << 9)
+    assert_same_profile(one, kineto._read_profile(path, None, spill_min_bytes=0, workers=3))
+
+
 def test_one_process_means_one_thread(trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kineto_tables, "PARALLEL_ROWS", 0)
     fills = _threads_of(monkeypatch, kineto_tables, "_fill_blocks")
     kineto._read_profile(trace, None, spill_min_bytes=0, workers=1)
     assert fills == {threading.current_thread().name}

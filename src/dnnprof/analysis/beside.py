@@ -1,4 +1,4 @@
-"""One computation started in a second thread while the caller goes on: the analysis's parts that read the same
+"""One computation run in a second thread while the caller goes on: the analysis's parts that read the same
 profile but not each other's results share the cores (numpy lets go of the interpreter while it sorts and
 gathers)."""
 
@@ -6,34 +6,40 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 
-def beside(fn: Callable[..., T], *args: Any, thread: bool = True) -> Callable[[], T]:
-    """Start ``fn(*args)`` in another thread; the returned function waits for its result, or raises its error in
-    the caller's thread. ``fn`` must not intern strings into a profile that the caller interns into meanwhile.
-    ``thread=False``: ``fn`` runs when its result is asked for, in the caller's thread (one after the other, for
-    inputs so big that the two computations' memory must not add up)."""
-    if not thread:
-        return lambda: fn(*args)
-    box: list[tuple[bool, Any]] = []
+class Beside(Generic[T]):
+    """``with Beside(fn, *args) as later: … later()``: ``fn(*args)`` runs in another thread from the block's start;
+    calling the object waits for its result, or raises its error in the caller's thread. The block never ends while
+    the thread runs: when the caller raises first, the thread is waited for (its own error, if any, gives way to
+    the caller's). ``fn`` must not intern strings into a profile that the caller interns into meanwhile."""
 
-    def run() -> None:
+    def __init__(self, fn: Callable[..., T], *args: Any) -> None:
+        self._fn, self._args = fn, args
+        self._box: list[tuple[bool, Any]] = []
+        self._worker = threading.Thread(target=self._run, name="dnnprof-analysis", daemon=True)
+
+    def _run(self) -> None:
         try:
-            box.append((True, fn(*args)))
+            self._box.append((True, self._fn(*self._args)))
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            box.append((False, e))
+            self._box.append((False, e))
 
-    thread = threading.Thread(target=run, name="dnnprof-analysis", daemon=True)
-    thread.start()
+    def __enter__(self) -> Beside[T]:
+        self._worker.start()
+        return self
 
-    def result() -> T:
-        thread.join()
-        ok, value = box[0]
+    def __call__(self) -> T:
+        self._worker.join()
+        ok, value = self._box[0]
         if not ok:
             raise value
         return value
 
-    return result
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._worker.join()

@@ -323,20 +323,24 @@ def _activity(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
     return merge(np.concatenate(starts).astype(np.int64), np.concatenate(ends).astype(np.int64))
 
 
-#: The checks that need no findings, in the order the summary lists them: (check, whether it reads the summary).
-_PROFILE_CHECKS: tuple[tuple[Callable[..., Check], bool], ...] = (
-    (profile_invariants, False), (step_durations, False), (step_windows, False), (kernel_totals, True),
-    (phases_sum, True), (forward_present, False), (attribution_coverage, True), (busy_vs_nvml, False),
+#: The checks that need no findings, in the order the summary lists them: (function, whether it reads the summary).
+_PROFILE_CHECKS = (
+    ("profile_invariants", False), ("step_durations", False), ("step_windows", False), ("kernel_totals", True),
+    ("phases_sum", True), ("forward_present", False), ("attribution_coverage", True), ("busy_vs_nvml", False),
 )
+
+
+def _check(name: str) -> Callable[..., Check]:
+    return globals()[name]  # looked up when run, as a direct call would be
 
 
 def analysis_checks(a: Analysis) -> dict[str, Check]:
     """The checks that read the analysis alone, by function name: made before the summary is (in another thread)
     and handed to :func:`profile_checks`."""
     out = {}
-    for check, reads_doc in _PROFILE_CHECKS:
+    for name, reads_doc in _PROFILE_CHECKS:
         if not reads_doc:
-            out[check.__name__] = check(a)
+            out[name] = _check(name)(a)
             release_pages()  # a big trace's mapped columns: one check's pages at a time (model.mapped_columns)
     return out
 
@@ -345,11 +349,11 @@ def profile_checks(a: Analysis, doc: dict[str, Any], made: dict[str, Check] | No
     """Every check that needs no findings, in a fixed order; ``doc`` is the summary built so far; ``made``: the
     :func:`analysis_checks` already made."""
     out = []
-    for check, reads_doc in _PROFILE_CHECKS:
-        if made is not None and check.__name__ in made:
-            out.append(made[check.__name__])
+    for name, reads_doc in _PROFILE_CHECKS:
+        if made is not None and name in made:
+            out.append(made[name])
             continue
-        out.append(check(a, doc) if reads_doc else check(a))
+        out.append(_check(name)(a, doc) if reads_doc else _check(name)(a))
         release_pages()  # a big trace's mapped columns: one check's pages at a time (model.mapped_columns)
     return out
 

@@ -6,14 +6,15 @@ The keys listed in docs/summary-json.md are a public contract: later versions ad
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dnnprof.analysis.attribution import PHASES, Attribution, attribute
-from dnnprof.analysis.beside import beside
-from dnnprof.analysis.checks import analysis_checks, profile_checks
+from dnnprof.analysis.beside import Beside
+from dnnprof.analysis.checks import Check, profile_checks
 from dnnprof.analysis.collectives import collectives_across
 from dnnprof.analysis.critical_path import critical_path
 from dnnprof.analysis.host_ops import host_ops
@@ -33,10 +34,12 @@ SCHEMA = "dnnprof.summary/1"
 HOST_OPS_IN_SUMMARY = 50
 #: Allocations listed in the summary's ``memory_events`` (largest first); the saved profile keeps all of them.
 LARGEST_ALLOCATIONS = 10
-#: GPU activities (kernels, copies, memsets) up to which the GPU's busy time is computed beside the attribution
-#: (:func:`analyse`) and the rules' timeline beside the summary (``runs.report``). Beyond, one runs after the other:
-#: side by side, a 10 GB trace's 7.6 M activities peaked at 1,065 MB instead of 857 MB.
-SIDE_BY_SIDE_MAX_ROWS = 2_000_000
+#: Rows of ops, runtime calls and GPU activities up to which parts of the analysis run in two threads: the GPU's
+#: busy time beside the attribution (:func:`analyse`); the checks that need no summary and the rules' timeline
+#: beside the summary (``runs.report``). Each thread's working columns add to the other's: at 907 MB of DeepSpeech
+#: (2.6 M rows) 157 → ~172 MB; at 10 GB (28 M) all at once peaked at 1,065 MB instead of 857, so beyond this the
+#: parts run one after the other.
+SIDE_BY_SIDE_MAX_ROWS = 4_000_000
 
 
 @dataclass
@@ -60,11 +63,11 @@ def analyse(profile: Profile, rank: int = 0) -> Analysis:
     if side_by_side(profile):
         # The GPU's busy time beside the attribution and the occupancy (numpy lets go of the interpreter as it sorts
         # and gathers: the two threads share the cores).
-        util_later = beside(utilization, profile, rank, device)
-        attribution = attribute(profile)
-        release_pages()
-        occupancy = _occupancy(profile, device, rank)
-        util = util_later()
+        with Beside(utilization, profile, rank, device) as util_later:
+            attribution = attribute(profile)
+            release_pages()
+            occupancy = _occupancy(profile, device, rank)
+            util = util_later()
     else:  # one after the other, the occupancy's columns made after the busy time's peak, not held through it
         attribution = attribute(profile)
         release_pages()
@@ -78,9 +81,9 @@ def analyse(profile: Profile, rank: int = 0) -> Analysis:
 
 
 def side_by_side(profile: Profile) -> bool:
-    """Whether the analysis runs its independent parts in two threads: unless the GPU activities are so many
-    (:data:`SIDE_BY_SIDE_MAX_ROWS`) that the memory of the two would add up past the attribution's peak."""
-    return sum(profile.rows(t) for t in ("kernels", "memcpy", "memset")) <= SIDE_BY_SIDE_MAX_ROWS
+    """Whether the analysis runs its independent parts in two threads: unless the trace has so many rows
+    (:data:`SIDE_BY_SIDE_MAX_ROWS`) that the memory of the two would add up to much more than one's peak."""
+    return sum(profile.rows(t) for t in ("ops", "runtime", "kernels", "memcpy", "memset")) <= SIDE_BY_SIDE_MAX_ROWS
 
 
 def _occupancy(profile: Profile, device_id: int, rank: int) -> dict[str, np.ndarray] | None:
@@ -114,12 +117,13 @@ def summarize(profile: Profile, rank: int = 0) -> dict[str, Any]:
     return summary_of(analyse(profile, rank))
 
 
-def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[str, Any]:
+def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None,
+               made_checks: Callable[[], dict[str, Check]] | None = None) -> dict[str, Any]:
     """The summary document of an analysis. ``across_ranks``: its ``ranks`` and ``critical_path`` computed
     elsewhere (``analysis.ranks.overview_of_rows``, ``analysis.critical_path.reduce_parts`` over every rank of a
-    folder) when ``a`` holds one rank of several; None computes them from ``a.profile``."""
+    folder) when ``a`` holds one rank of several; None computes them from ``a.profile``. ``made_checks``: gives
+    the :func:`~dnnprof.analysis.checks.analysis_checks` made meanwhile (in another thread), asked for last."""
     p, u, rank = a.profile, a.utilization, a.rank
-    made_checks = beside(analysis_checks, a, thread=side_by_side(p))  # the checks that need no summary, meanwhile
     dev = p.device(u.device, rank) or (p.devices[0] if p.devices else None)
     steps = p.tables["steps"]
     ssel = steps["rank"] == rank
@@ -221,7 +225,7 @@ def summary_of(a: Analysis, across_ranks: dict[str, Any] | None = None) -> dict[
         colls = collectives_across(p) if across_ranks is None else across_ranks.get("collectives")
         if colls is not None:
             doc["collectives"] = colls
-    doc["checks"] = [c.to_dict() for c in profile_checks(a, doc, made_checks())]
+    doc["checks"] = [c.to_dict() for c in profile_checks(a, doc, None if made_checks is None else made_checks())]
     return doc
 
 

@@ -515,7 +515,7 @@ def _read_profile_in(path: Path, rank: int | None, chunk_bytes: int, stream: boo
             cols, trace = EventColumns(), _decode(path, read_bytes(path), tally)
             _add_events(cols, trace.traceEvents)
             trace.traceEvents = []
-        # A big trace's tables are filled by as many threads as it was read by processes.
+        # A spilled (big) trace's tables are filled by as many threads as a big plain trace is read by processes.
         threads = 1 if spill is None else read_workers() if workers is None else workers
         profile = _build(path, rank, cols, trace, tally, threads)
         match_captured_replays(profile)

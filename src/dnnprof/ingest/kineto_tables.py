@@ -45,6 +45,7 @@ _SOURCES = {
     "syncs": ("cuda_sync",),
 }
 _GPU_TABLES = ("kernels", "memcpy", "memset", "gpu_annotations", "syncs")
+_LINKED = ("kernels", "memcpy", "memset")  # GPU tables linked to their launches by correlation id, in that order
 
 
 def tid_of(v: Any) -> int:
@@ -347,12 +348,18 @@ class EventColumns:
                                                    self._pool_for(runtime["tid"].size))
         fwdbwd(out["ops"], self.flows)
         done()
-        index = correlation_index(runtime)
+        index = None  # the runtime by correlation id: made for the first linked table, dropped after the last
         for table in _GPU_TABLES:
             t = out[table] = self._gpu(table, rank)
+            if table in _LINKED:
+                self._written_later(t, "launch_row", "op_row")
             self._wait()
-            if table in ("kernels", "memcpy", "memset"):
+            if table in _LINKED:
+                if index is None and runtime["correlation"].size and t["correlation"].size:
+                    index = correlation_index(runtime)
                 link_by_correlation(t, runtime, index)
+                if table == _LINKED[-1]:
+                    index = None
             done()
         out["memory_events"] = self._memory_events(out["ops"], rank)
         none = (np.empty(0, dtype=np.int64), [])
@@ -438,9 +445,9 @@ class EventColumns:
         self._done()
 
     def _fill_and_release(self, dst: np.ndarray, src: np.ndarray, order: np.ndarray, fn: Any) -> None:
-        # Each thread's blocks are a share of one thread's, and a spilled read's pages go back block by block.
+        # Each thread's blocks are a share of one thread's, and a spilled read's pages go back block by block (its
+        # own columns' only: the other threads' stay resident while they fill them).
         _fill_blocks(dst, src, order, fn, _BLOCK_ROWS // self._threads, self._spill is not None)
-        self._done()
 
     def _pool_for(self, rows: int) -> Any:
         """The threads that fill a table of ``rows`` rows, started on the first big table; None: this thread."""
@@ -461,6 +468,8 @@ class EventColumns:
         pending, self._pending = self._pending, []
         for f in pending:
             f.result()
+        if pending:
+            self._done()  # the threads gave back their own columns' pages as they went; here the heap's too
         unwritten, self._unwritten = self._unwritten, {}
         for col in unwritten.values():
             col[:] = fill_value(col.dtype)
@@ -471,6 +480,7 @@ class EventColumns:
         (as every later one is, once copied in order: a table's input shrinks as its output grows)."""
         # A big table's mapped columns are made as zeros: those the fills write are written once (see _wait).
         t = empty_table(table, order.size, None if self._spill is None else self._spill.folder, prefill=False)
+        assert not self._unwritten, "the previous table was not waited for"  # its unwritten columns: still zeros
         if self._spill is not None:
             self._unwritten = {id(c): c for c in t.values()}
             self._unwritten.pop(id(t["rank"]))
@@ -607,6 +617,8 @@ def modern_categories(buckets: dict[str, list[Any]]) -> dict[str, list[Any]]:
 def correlation_index(runtime: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The runtime calls' rows by correlation id, and their ids in that order (for :func:`link_by_correlation`)."""
     order = np.argsort(runtime["correlation"], kind="stable")
+    if order.size < 2**31:
+        order = order.astype(np.int32)  # 12 bytes a call held, not 16
     return order, runtime["correlation"][order]
 
 
@@ -616,6 +628,8 @@ def link_by_correlation(gpu: dict[str, np.ndarray], runtime: dict[str, np.ndarra
     runtime's :func:`correlation_index`, when it serves several tables)."""
     corr = runtime["correlation"]
     if corr.size == 0 or gpu["correlation"].size == 0:
+        gpu["launch_row"][:] = -1
+        gpu["op_row"][:] = -1
         return
     order, sc = correlation_index(runtime) if index is None else index
     i = np.clip(np.searchsorted(sc, gpu["correlation"]), 0, sc.size - 1)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from dnnprof.model.mapped_columns import release_pages
+from dnnprof.model.mapped_columns import release_pages, release_pages_of
 
 #: How far a child may outlive the op it starts in and still be its child (timestamp rounding, clock jitter).
 CROSSING_TOLERANCE_NS = 1_000
@@ -321,18 +321,22 @@ def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarr
             + start_pos(starts[o])
     release_pages()  # a big trace's mapped columns: the queries read a few rows of each
 
-    def block(lo: int, hi: int) -> None:
+    def block(lo: int, hi: int, threaded: bool) -> None:
         out[lo:hi] = _innermost(tid[lo:hi], t[lo:hi], threads, time_pos, width, op_key, order, ops, parent)
-        release_pages()
+        if threaded:  # the columns this block read, not the other threads' working pages
+            release_pages_of(tid, t, starts, parent, ops["dur_ns"], ops["tid"])
+        else:
+            release_pages()
 
     rows = _QUERY_ROWS if pool is None else _POOL_QUERY_ROWS
     blocks = [(lo, lo + rows) for lo in range(0, t.size, rows)]  # temporaries of a block, not of t
     if pool is None or len(blocks) < 2:
         for lo, hi in blocks:
-            block(lo, hi)
+            block(lo, hi, False)
     else:
-        for f in [pool.submit(block, lo, hi) for lo, hi in blocks]:
+        for f in [pool.submit(block, lo, hi, True) for lo, hi in blocks]:
             f.result()
+        release_pages()
     return out
 
 

@@ -74,9 +74,9 @@ class Profile:
 
     def names(self, ids: np.ndarray) -> np.ndarray:
         """Decode an id column into an object array of str ("" for -1)."""
-        lut = np.asarray([*self.strings, ""], dtype=object)
+        lut = np.asarray([*self.strings, ""], dtype=object)  # one snapshot: another thread may intern meanwhile
         ids = np.asarray(ids)
-        return lut[np.where(ids < 0, len(self.strings), ids)]
+        return lut[np.where(ids < 0, len(lut) - 1, ids)]
 
     def names_where(self, ids: np.ndarray, test: Callable[[str], object]) -> np.ndarray:
         """``test(name)`` of each id's name ("" for -1) as a bool column, called once per distinct id.

@@ -17,6 +17,7 @@ from dnnprof.ingest.detect import kind_of, open_profile
 from dnnprof.model.mapped_columns import release_pages
 
 if TYPE_CHECKING:
+    from dnnprof.analysis.checks import Check
     from dnnprof.analysis.rules.context import Context
     from dnnprof.analysis.summary import Analysis
     from dnnprof.model.profile import Profile
@@ -32,12 +33,13 @@ def default_rank(ranks: list[int]) -> int:
 
 
 def summary_document(analysis: Analysis, extras: dict[str, Any] | None = None,
-                     across_ranks: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The summary without its findings: the analysis, and a run's extras on top. ``across_ranks``: see
-    :func:`dnnprof.analysis.summary.summary_of`."""
+                     across_ranks: dict[str, Any] | None = None,
+                     made_checks: Callable[[], dict[str, Check]] | None = None) -> dict[str, Any]:
+    """The summary without its findings: the analysis, and a run's extras on top. ``across_ranks``,
+    ``made_checks``: see :func:`dnnprof.analysis.summary.summary_of`."""
     from dnnprof.analysis.summary import summary_of
 
-    doc = summary_of(analysis, across_ranks)
+    doc = summary_of(analysis, across_ranks, made_checks)
     doc.update(extras or {})
     return doc
 
@@ -59,19 +61,28 @@ def report(profile: Profile, rank: int | None = None, extras: dict[str, Any] | N
     rank = default_rank(profile.ranks) if rank is None else rank
     if rank not in profile.ranks:
         raise ReportError(f"no rank {rank} (ranks in the trace: {profile.ranks})")
-    from dnnprof.analysis.beside import beside  # after the read: the analysis's imports are not start-up's
-    from dnnprof.analysis.rules import prepare
+    from dnnprof.analysis.beside import Beside  # after the read: the analysis's imports are not start-up's
     from dnnprof.analysis.summary import analyse, side_by_side
 
     analysis = analyse(profile, rank=rank)
-    # the rules' idle-gap timeline, made while the summary is (for a huge trace, when the rules ask for it)
-    prepared = beside(prepare, analysis) if side_by_side(profile) else None
     across = None if across_ranks is None else across_ranks(analysis)
-    doc = summary_document(analysis, extras, across)
-    release_pages()  # a big trace's mapped columns read by the summary (see analyse)
-    doc = with_findings(analysis, doc, None if prepared is None else prepared())
+    if not side_by_side(profile):  # a huge trace: one part after the other, so that their memory does not add up
+        doc = summary_document(analysis, extras, across)
+        release_pages()  # a big trace's mapped columns read by the summary (see analyse)
+        doc = with_findings(analysis, doc)
+    else:  # meanwhile, another thread makes the checks that need no summary, then the rules' idle-gap timeline
+        with Beside(_before_the_summary, analysis) as ready:
+            doc = summary_document(analysis, extras, across, lambda: ready()[0])
+            doc = with_findings(analysis, doc, ready()[1])
     release_pages()
     return analysis, doc
+
+
+def _before_the_summary(analysis: Analysis) -> tuple[dict[str, Check], Context]:
+    from dnnprof.analysis.checks import analysis_checks
+    from dnnprof.analysis.rules import prepare
+
+    return analysis_checks(analysis), prepare(analysis)
 
 
 def run_extras(path: Path, rank: int | None = None, kind: str | None = None) -> dict[str, Any] | None:

@@ -290,13 +290,14 @@ class Context:
         return None
 
 
-class _NoDocYet(dict):  # type: ignore[type-arg]
+class _NoDocYet(dict[str, Any]):
     """The document of a context made before it: any read is a mistake, said at once rather than read as empty."""
 
     def _missing(self, *args: object, **kwargs: object) -> Any:
         raise RuntimeError("the rules' context was asked for the summary document before it was made")
 
     get = __getitem__ = __contains__ = __iter__ = __len__ = keys = items = values = _missing
+    __setitem__ = setdefault = update = copy = __eq__ = _missing
 
 
 def _parse_json_object(s: str) -> dict[str, Any] | None:
