@@ -38,8 +38,8 @@ def analyze(
                                             "processes (each rank read once to Parquet, cached under "
                                             "$XDG_CACHE_HOME/dnnprof/ranks) [default: one per core, at most one "
                                             "per rank; 1: one after another in this process]. One big plain "
-                                            "trace is read by one process per core, at most 8 "
-                                            "(DNNPROF_READ_WORKERS=N sets how many)."),
+                                            "trace is read by one process per core, at most 8, and its tables "
+                                            "filled by as many threads (DNNPROF_READ_WORKERS=N sets how many)."),
     dask: str | None = typer.Option(None, "--dask", show_default=False,
                                     help="For a folder of per-rank traces: read the ranks on a Dask cluster, "
                                          "tcp://HOST:8786 (its scheduler), or local:N (a local cluster of N "
