@@ -49,7 +49,8 @@ def with_findings(analysis: Analysis, doc: dict[str, Any], prepared: Context | N
     rules' context made beside it, :func:`dnnprof.analysis.rules.prepare`)."""
     from dnnprof.analysis.rules import findings_from_analysis
 
-    doc["findings"] = findings_from_analysis(analysis, doc, prepared)
+    doc["findings"] = findings_from_analysis(analysis, doc) if prepared is None else \
+        findings_from_analysis(analysis, doc, prepared)
     return doc
 
 
