@@ -57,7 +57,8 @@ def test_segments_and_the_spill_give_the_one_piece_in_memory_profile(path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kineto_split, "SEGMENT_BYTES", 1 << 16)
     monkeypatch.setattr(kineto_tables, "PARALLEL_ROWS", 0)  # only the spilled reads have several threads
-    monkeypatch.setattr(kineto_tables, "_BLOCK_ROWS", 1 << 12)
+    for blocks in ("_BLOCK_ROWS", "_THREAD_BLOCK_ROWS", "_NAME_BLOCK_ROWS"):
+        monkeypatch.setattr(kineto_tables, blocks, 1 << 12)
     monkeypatch.setattr(nesting, "_POOL_QUERY_ROWS", 1 << 8)
     plain = _plain(path, tmp_path)
     ways = [{"parallel_min_bytes": 0, "spill_min_bytes": NEVER, "workers": 2},

@@ -52,7 +52,8 @@ def test_every_table_filled_by_threads_in_small_blocks_is_the_same(path: Path, m
         -> None:
     one = kineto._read_profile(path, None, spill_min_bytes=NEVER)
     monkeypatch.setattr(kineto_tables, "PARALLEL_ROWS", 0)
-    monkeypatch.setattr(kineto_tables, "_BLOCK_ROWS", 1 << 10)
+    for blocks in ("_BLOCK_ROWS", "_THREAD_BLOCK_ROWS", "_NAME_BLOCK_ROWS"):
+        monkeypatch.setattr(kineto_tables, blocks, 1 << 10)
     monkeypatch.setattr(nesting, "_POOL_QUERY_ROWS", 1 << 9)
     assert_same_profile(one, kineto._read_profile(path, None, spill_min_bytes=0, workers=3))
 

@@ -342,8 +342,8 @@ def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarr
 
 #: Times looked up at once by :func:`innermost_enclosing` (a dozen temporaries of this many rows).
 _QUERY_ROWS = 1 << 20
-#: The same, per thread, when several threads look them up.
-_POOL_QUERY_ROWS = 1 << 16
+#: The same, per thread, when several threads look them up (few temporaries each: see kineto_tables' blocks).
+_POOL_QUERY_ROWS = 1 << 14
 
 
 def _innermost(tid: np.ndarray, t: np.ndarray, threads: np.ndarray, time_pos: Callable[[np.ndarray], np.ndarray],
