@@ -252,3 +252,38 @@ def test_rules_survive_foreign_traces_missing_parts(variant: Any, drop: str) -> 
     if drop in ("deviceProperties", "everything_but_kernels"):
         assert "small-grid" not in fs  # SM count unknown: the rule cannot judge grids
         assert "assumed" in fs["amp-not-used"]["how_estimated"]
+
+
+@pytest.mark.parametrize("block", [1000, 1 << 20])
+def test_the_host_op_at_a_gap_is_found_a_block_of_ops_at_a_time(gpt2: Any, block: int,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The innermost op running as the GPU ran dry, looked for a few ops at a time, is the deepest op (the first of
+    equally deep ones) of a test of every op at once; and the evidence built on it does not change."""
+    from dnnprof.analysis.rules import idle
+    from dnnprof.analysis.rules.context import Context
+
+    a, doc = gpt2
+    before = found(gpt2)
+    ctx = Context(a, doc)
+    ops = a.profile.tables["ops"]
+    monkeypatch.setattr(idle, "_SCAN_ROWS", block)
+    starts = ctx.timeline.gap_start[:: max(1, ctx.timeline.gap_start.size // 40)].tolist()
+    for t in starts:
+        sel = np.flatnonzero((ops["rank"] == ctx.rank) & (ops["start_ns"] <= t) & (ops["start_ns"] + ops["dur_ns"] > t))
+        want = ctx.op_name(int(sel[np.argmax(ops["depth"][sel])])) if sel.size else ""
+        assert idle._host_op_at(ctx, int(t)) == want
+    assert ops["start_ns"].size > 3 * 1000 and any(idle._host_op_at(ctx, int(t)) for t in starts)
+    assert found(gpt2) == before
+
+
+def test_the_ops_distinct_names_are_every_name_once(gpt2: Any) -> None:
+    """What the rules ask of the ops' names (an optimizer's, a compiled region's) comes from the distinct ids, in
+    id order, not from a column of every op's name."""
+    from dnnprof.analysis.rules.context import Context
+
+    a, doc = gpt2
+    ids = a.profile.tables["ops"]["name_id"]
+    got = Context(a, doc).op_name_set
+    assert got == [a.profile.strings[i] for i in sorted(set(ids.tolist())) if i >= 0] + ([""] if (ids < 0).any() else [])
+    assert len(got) == len(set(got)) and "aten::addmm" in got
+    assert a.profile.distinct_names(np.array([3, -1, 3, 10**9, 0])) == [a.profile.strings[0], a.profile.strings[3], ""]

@@ -90,10 +90,7 @@ class Profile:
         """``names_where(ids, test)`` for many tests of one id column: the distinct ids are found once. Ids outside
         the strings read as -1 (""); a column of valid ids is indexed as it is, without a copy."""
         n = len(self.strings)
-        ids = np.asarray(ids)
-        if ids.size and (int(ids.min()) < -1 or int(ids.max()) >= n):
-            ids = np.where((ids >= 0) & (ids < n), ids, -1)
-        present = np.flatnonzero(np.bincount(np.where(ids >= 0, ids, n), minlength=n + 1)).tolist() if ids.size else []
+        ids, present = self._present(ids)
         strings = self.strings
 
         def where(test: Callable[[str], object]) -> np.ndarray:
@@ -102,6 +99,23 @@ class Profile:
             return hit[ids]
 
         return where
+
+    def distinct_names(self, ids: np.ndarray) -> list[str]:
+        """The distinct names of an id column, in id order ("" last, for -1 or an id outside the strings)."""
+        _, present = self._present(ids)
+        n = len(self.strings)
+        return [self.strings[i] if i < n else "" for i in present]
+
+    def _present(self, ids: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """The id column with ids outside the strings as -1, and its distinct ids in order, -1 as ``len(strings)``.
+        Marked in a table of the strings' size: no sort and no copy of a column of tens of millions of ids."""
+        n = len(self.strings)
+        ids = np.asarray(ids)
+        if ids.size and (int(ids.min()) < -1 or int(ids.max()) >= n):
+            ids = np.where((ids >= 0) & (ids < n), ids, -1)
+        seen = np.zeros(n + 1, dtype=bool)
+        seen[ids] = True  # -1 marks seen[n]: ""
+        return ids, np.flatnonzero(seen).tolist()
 
     def string_id(self, s: str) -> int:
         """Id of ``s`` or -1 when the profile never mentions it."""

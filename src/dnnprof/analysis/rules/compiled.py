@@ -86,7 +86,8 @@ def compile_graph_breaks(ctx: Context) -> Finding | None:
         return None
     by: dict[str, int] = {}
     for r, w in zip(tops.tolist(), weight.tolist(), strict=True):
-        by[str(ctx.op_names[r])] = by.get(str(ctx.op_names[r]), 0) + int(w)
+        name = ctx.raw_op_name(r)
+        by[name] = by.get(name, 0) + int(w)
     top = [{"name": nm, "dur_us": us(v), "pct_of_step": round(pct(v, total), 2)}
            for nm, v in sorted(by.items(), key=lambda kv: -kv[1])[:TOP_N]]
     reasons = dyn.get("graph_break_reasons") or {}

@@ -198,12 +198,18 @@ class Context:
 
     # --- ops -------------------------------------------------------------------------------------------------
     @cached_property
-    def op_names(self) -> np.ndarray:
-        return self.profile.names(self.profile.tables["ops"]["name_id"]).astype(object)
+    def op_name_set(self) -> list[str]:
+        """The ops' distinct names, in id order ("" last when an op has none); a big trace's ops are tens of
+        millions of rows, a column of their names as many objects."""
+        return self.profile.distinct_names(self.profile.tables["ops"]["name_id"])
+
+    def raw_op_name(self, row: int) -> str:
+        """The name op ``row`` has in the trace; "" for -1."""
+        return self.profile.name(int(self.profile.tables["ops"]["name_id"][row])) if row >= 0 else ""
 
     def op_name(self, row: int) -> str:
         """The name of op ``row`` as evidence shows it (dnnprof's module ranges as their layer); "" for -1."""
-        return op_label(str(self.op_names[row])) if row >= 0 else ""
+        return op_label(self.raw_op_name(row))
 
     def plumbing_top(self, row: int) -> int:
         """The outermost op of the chain of data-movement ops (``aten::to`` → ``aten::copy_``) containing ``row``."""

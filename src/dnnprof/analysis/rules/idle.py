@@ -12,6 +12,7 @@ import numpy as np
 from dnnprof.analysis.rules.base import Finding, pct, rule, us
 from dnnprof.analysis.rules.context import Context
 from dnnprof.analysis.rules.timeline import CAUSES
+from dnnprof.model.mapped_columns import release_pages_of
 from dnnprof.model.schema import API_KINDS
 from dnnprof.model.units import ns_brief_text
 
@@ -45,13 +46,25 @@ _EXPLAINED_BY = {"dataloader": "see dataloader-bound", "sync": "see host-sync an
 
 
 def _host_op_at(ctx: Context, t_ns: int) -> str:
-    """The innermost op running on the host at ``t_ns`` (the busiest thread's), "" when none."""
+    """The innermost op running on the host at ``t_ns`` (the deepest of any thread's; the first in row order of
+    equally deep ones), "" when none. A block of rows at a time: a big trace's ops are tens of millions."""
     ops = ctx.profile.tables["ops"]
-    sel = np.flatnonzero((ops["rank"] == ctx.rank) & (ops["start_ns"] <= t_ns)
-                         & (ops["start_ns"] + ops["dur_ns"] > t_ns))
-    if sel.size == 0:
-        return ""
-    return ctx.op_name(int(sel[np.argmax(ops["depth"][sel])]))
+    best, best_depth = -1, -1
+    for a in range(0, ops["start_ns"].size, _SCAN_ROWS):
+        b = a + _SCAN_ROWS
+        s = ops["start_ns"][a:b]
+        sel = np.flatnonzero((ops["rank"][a:b] == ctx.rank) & (s <= t_ns) & (s + ops["dur_ns"][a:b] > t_ns))
+        if sel.size:
+            d = ops["depth"][a:b][sel]
+            i = int(np.argmax(d))
+            if int(d[i]) > best_depth:
+                best, best_depth = a + int(sel[i]), int(d[i])
+        release_pages_of(ops["start_ns"], ops["dur_ns"], ops["rank"], ops["depth"])  # mapped: a block's pages
+    return ctx.op_name(best)
+
+
+#: Ops :func:`_host_op_at` looks at at once.
+_SCAN_ROWS = 1 << 20
 
 
 def _host_hotspots(ctx: Context, n: int = 3) -> list[str] | None:
@@ -233,13 +246,12 @@ def dataloader_bound(ctx: Context) -> Finding | None:
 
 def _dataloader_time(ctx: Context) -> dict[str, Any]:
     ops = ctx.profile.tables["ops"]
-    names = ctx.op_names
-    sel = [i for i in np.flatnonzero(ops["rank"] == ctx.rank).tolist()
-           if str(names[i]).startswith("enumerate(DataLoader)#")]
+    sel = np.flatnonzero((ops["rank"] == ctx.rank)
+                         & ctx.profile.names_where(ops["name_id"], lambda s: s.startswith("enumerate(DataLoader)#")))
     if ctx.has_steps:
-        sel = [i for i in sel if ops["step"][i] >= 0]
-    return {"host_ns": int(ops["dur_ns"][sel].sum()) if sel else 0, "calls": len(sel),
-            "name": str(names[sel[0]]) if sel else None}
+        sel = sel[ops["step"][sel] >= 0]
+    return {"host_ns": int(ops["dur_ns"][sel].sum()) if sel.size else 0, "calls": int(sel.size),
+            "name": ctx.raw_op_name(int(sel[0])) if sel.size else None}
 
 
 @rule("launch-bound", group="idle")

@@ -220,8 +220,7 @@ def _compiled(ctx: Context) -> bool:
         called = set(ctx.profile.names(ctx.profile.tables["runtime"]["name_id"][launches]).tolist())
         if any(str(n).startswith(_GRAPH_LAUNCHES) for n in called):
             return True
-    names = {str(n) for n in set(ctx.op_names.tolist())}
-    return any(any(m in n for m in _COMPILED_OPS) for n in names)
+    return any(any(m in n for m in _COMPILED_OPS) for n in ctx.op_name_set)
 
 
 @rule("compile-not-used", group="kernels")
@@ -349,8 +348,7 @@ def _optimizer_span_ns(ctx: Context, phase: np.ndarray) -> int:
 
 
 def _optimizer_name(ctx: Context) -> str:
-    for n in set(ctx.op_names.tolist()):
-        s = str(n)
+    for s in ctx.op_name_set:  # in id order: the first optimizer the trace names
         if s.startswith("Optimizer.step#"):
             return s[len("Optimizer.step#"):]
     return ""
