@@ -221,6 +221,46 @@ def test_inherit_gives_the_nearest_labelled_ancestor_whatever_the_block(block: i
     assert (own == own_before).all() and (parent == parent_before).all()  # the caller's columns are not written
 
 
+@pytest.mark.parametrize("block", [1, 3, 1 << 20])
+@pytest.mark.parametrize("seed", range(6))
+def test_inherit_where_a_parent_comes_after_its_child(block: int, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows in any order (a profile built elsewhere than the nested tables): the same answers as a walk up each
+    row's ancestors, and the row-order method is not taken."""
+    from dnnprof.analysis import attribution as mod
+
+    rng = np.random.default_rng(50 + seed)
+    n = int(rng.integers(2, 300))
+    ordered = np.array([-1 if i == 0 or rng.random() < 0.1 else int(rng.integers(0, i)) for i in range(n)])
+    perm = rng.permutation(n)  # row perm[i] holds the op i of the ordered forest
+    where = np.argsort(perm)
+    parent = np.full(n, -1, dtype=np.int32)
+    parent[where] = np.where(ordered >= 0, where[np.maximum(ordered, 0)], -1)
+    own = np.where(rng.random(n) < 0.2, rng.integers(0, 1000, n), -1)
+    want = []
+    for i in range(n):
+        j = i
+        while j >= 0 and own[j] < 0:
+            j = int(parent[j])
+        want.append(int(own[j]) if j >= 0 else -1)
+    monkeypatch.setattr(mod, "_INHERIT_ROWS", block)
+    assert not mod.parents_first(parent) or (parent < np.arange(n)).all()
+    got = mod.inherit(own, parent)
+    assert got.tolist() == want
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32])
+def test_inherit_in_place_writes_the_labels_it_was_given(dtype: type) -> None:
+    """A spent column of labels takes the answer (no second column of every op); narrow flags stay narrow."""
+    from dnnprof.analysis.attribution import inherit
+
+    own = np.array([1, -1, -1, -1, 2, -1], dtype=dtype)
+    parent = np.array([-1, 0, 1, -1, 3, 4], dtype=np.int32)
+    got = inherit(own, parent, in_place=True)
+    assert got is own and got.dtype == dtype and got.tolist() == [1, 1, 1, -1, 2, 2]
+    kept = np.array([1, -1], dtype=dtype)
+    assert inherit(kept, np.array([-1, 0], dtype=np.int32)) is not kept and kept.tolist() == [1, -1]
+
+
 def test_inherit_keeps_values_beyond_32_bits() -> None:
     from dnnprof.analysis.attribution import inherit
 

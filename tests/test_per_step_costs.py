@@ -51,8 +51,14 @@ def _cuts_by_scan(ops: dict[str, np.ndarray], parent: np.ndarray, own: np.ndarra
     return inside, closure
 
 
+@pytest.mark.parametrize("block", [3, 1 << 20])
 @pytest.mark.parametrize("seed", range(30))
-def test_the_closure_cut_matches_a_scan_of_every_backward_op(seed: int) -> None:
+def test_the_closure_cut_matches_a_scan_of_every_backward_op(seed: int, block: int,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether the backward ops are looked at a few rows at a time or all at once."""
+    from dnnprof.analysis import attribution
+
+    monkeypatch.setattr(attribution, "_INHERIT_ROWS", block)
     rng = np.random.default_rng(100 + seed)
     n = int(rng.integers(1, 80))
     span = [60, 2000][seed % 2]  # small spans: backward ops that start just as a range ends

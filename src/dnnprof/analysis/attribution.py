@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dnnprof.analysis.factorize import unique_strings
-from dnnprof.model.mapped_columns import release_pages
+from dnnprof.model.mapped_columns import release_pages, release_pages_of
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
 
@@ -82,18 +82,67 @@ class Attribution:
         return inv != (0 if uniq.size and uniq[0] == "" else -1)  # "" sorts first
 
 
-def inherit(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
+def inherit(own: np.ndarray, parent: np.ndarray, in_place: bool = False) -> np.ndarray:
     """For every op, the value of its nearest ancestor-or-self whose ``own`` value is >= 0 (-1 when none).
+    ``in_place``: the answer is written into ``own`` when its type holds it (the caller's column of labels is
+    spent), not into a copy.
 
-    Pointer jumping: O(n log depth) with numpy, no Python loop over rows. Rows are updated a block at a time (a big
-    trace's temporaries are a block's): a row may then read a pointer or value already moved on in this round,
-    which only gets it there sooner. Each row keeps pointing at an ancestor whose answer is its own, with no
-    labelled op in between, so the answer does not depend on the blocks.
+    When every parent's row comes before its child's (the nested op tables: :func:`parents_first`), rows are
+    answered a block at a time in row order: a row whose parent lies before its block takes the parent's final
+    answer, the rest jump pointers within the block. Besides the answer, the memory is a block's. Otherwise, pointer
+    jumping over the whole table: O(n log depth) with numpy, no Python loop over rows.
     """
-    # copies (the caller's columns stay as they are), 32-bit where the values allow: rows and string ids
+    # a copy (the caller's column stays as it is), 32-bit where the values allow (rows and string ids), 8 or 16
+    # where they are (flags)
     wide = own.size and (int(own.max()) > _INT32_MAX or int(own.min()) < -1 or own.size > _INT32_MAX)
-    lab = own.astype(np.int64 if wide else np.int32)
-    p = parent.astype(np.int64 if wide else np.int32)
+    narrow = own.dtype in (np.int8, np.int16, np.int32)
+    dtype = np.int64 if wide else (own.dtype if narrow else np.int32)
+    lab = own if in_place and own.dtype == dtype else own.astype(dtype)
+    if parents_first(parent):
+        for a in range(0, lab.size, _INHERIT_ROWS):
+            _inherit_block(lab, parent, a, min(a + _INHERIT_ROWS, lab.size))
+        return lab
+    return _jump_pointers(lab, parent.astype(np.int64 if wide else np.int32))
+
+
+def parents_first(parent: np.ndarray) -> bool:
+    """Whether every row's parent (-1: none) comes before it, checked a block of rows at a time."""
+    for a in range(0, parent.size, _INHERIT_ROWS):
+        p = parent[a:a + _INHERIT_ROWS]
+        if (p >= np.arange(a, a + p.size)).any():
+            return False
+    return True
+
+
+def _inherit_block(lab: np.ndarray, parent: np.ndarray, a: int, b: int) -> None:
+    """Answer rows [a, b) of :func:`inherit`, every row before ``a`` answered already."""
+    mine = lab[a:b]  # a view: written in place
+    p = parent[a:b]
+    need = np.flatnonzero((mine < 0) & (p >= 0))
+    if need.size == 0:
+        return
+    up = p[need].astype(np.int64)
+    before = up < a
+    mine[need[before]] = lab[up[before]]  # final: answered in an earlier block
+    inside, up = need[~before], up[~before] - a
+    if inside.size == 0:
+        return
+    ptr = np.full(mine.size, -1, dtype=np.int64)  # the block's rows still waiting on a row of the block
+    ptr[inside] = up
+    while True:
+        live = np.flatnonzero(ptr >= 0)
+        if live.size == 0:
+            return
+        nxt = ptr[live]
+        mine[live] = mine[nxt]
+        ptr[live] = np.where(mine[live] >= 0, -1, ptr[nxt])  # a row answered, or waiting, or done with -1
+
+
+def _jump_pointers(lab: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """:func:`inherit` for any parents: rows are updated a block at a time (a big trace's temporaries are a
+    block's); a row may then read a pointer or value already moved on in this round, which only gets it there
+    sooner. Each row keeps pointing at an ancestor whose answer is its own, with no labelled op in between, so the
+    answer does not depend on the blocks. ``lab`` and ``p`` are written."""
     while True:
         moved = False
         for a in range(0, lab.size, _INHERIT_ROWS):
@@ -129,7 +178,8 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     own_module = np.full(n, -1, dtype=np.int32)
     is_annot = cat == OP_CATEGORIES.index("user_annotation")
     is_py = cat == OP_CATEGORIES.index("python_function")
-    dn = is_annot & flag(lambda s: s.startswith(MODULE_RANGE_PREFIX))
+    dn = is_annot & flag(lambda s: s.startswith(MODULE_RANGE_PREFIX))  # a big trace's ops are tens of millions:
+    # every column here is dropped once spent
     tm = is_py & flag(lambda s: s.startswith(_TORCH_MODULE_PREFIX))
     for sel, fmt in ((dn, _dnnprof_layer), (tm, lambda s: s[len(_TORCH_MODULE_PREFIX):])):
         idx = np.flatnonzero(sel)
@@ -145,28 +195,30 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     marker_ids = profile.tables["steps"]["name_id"]
     step_marker = is_annot & (flag(lambda s: s.startswith(_STEP_PREFIXES))
                               | np.isin(ops["name_id"], marker_ids[marker_ids >= 0]))
+    del is_annot
     # Phases, layers and source lines are inherited within a step, never across its marker.
     parent = np.where(step_marker, -1, parent)
     optimizer_own = flag(lambda s: s.startswith(_OPTIMIZER_PREFIXES))
     backward_own = flag(lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0)
     release_pages()  # a big trace's mapped columns (model.mapped_columns): what follows works on these copies
     optimizer, closure = _optimizer_after_closure(ops, parent, optimizer_own, backward_own)
+    del optimizer_own
     release_pages()
     # Python frames (with_stack) are call sites, not layers: look through them for the op-level layer. So is an
     # optimizer range that ran a closure: its forward's ops are the layers, not ``Optimizer.step#``.
     transparent = step_marker | dn | tm | is_py | closure
+    del step_marker, dn, tm, closure
     # Outermost op below the step marker (the op-level "layer").
     anchor = np.where((parent < 0) | transparent[np.clip(parent, 0, None)], np.arange(n, dtype=rows32), -1)
     anchor[transparent] = -1
-    top_op = inherit(anchor, np.where(transparent[np.clip(parent, 0, None)], -1, parent))
+    top_op = inherit(anchor, np.where(transparent[np.clip(parent, 0, None)], -1, parent), in_place=True)
     del anchor
     top_op[transparent] = -1
+    del transparent
 
-    def inherited_flag(own: np.ndarray) -> np.ndarray:
-        return inherit(np.where(own, np.int8(1), np.int8(-1)), parent) > 0
-
-    backward = inherited_flag(backward_own)
-    dataloader = inherited_flag(flag(lambda s: s.startswith(_DATALOADER_PREFIXES)))
+    backward = _inherited_flag(backward_own, parent)
+    del backward_own
+    dataloader = _inherited_flag(flag(lambda s: s.startswith(_DATALOADER_PREFIXES)), parent)
     # The fwdbwd flow ends on the autograd node op (``AddmmBackward0``); work the engine runs beside the node
     # under the same ``evaluate_function`` (e.g. the bias-gradient sum) must follow it too: lift the link up.
     fwd_own = ops["fwd_row"].astype(rows32)  # a copy
@@ -176,20 +228,23 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     linked_rows, par = linked_rows[has_par], par[has_par]
     engine = flag(lambda s: s.startswith("autograd::engine::evaluate_function"))
     lift = engine[par] & (fwd_own[par] < 0)
+    del engine
     fwd_own[par[lift]] = fwd_own[linked_rows[lift]]
-    fwd_link = inherit(fwd_own, parent)
-    del fwd_own, linked_rows, par
-    module = inherit(own_module, parent)
+    del linked_rows, par, lift
+    fwd_link = inherit(fwd_own, parent, in_place=True)
+    del fwd_own
+    module = inherit(own_module, parent, in_place=True)
     del own_module
     # Top-level multi-tensor ops outside modules: gradient clipping, GradScaler's unscale and update.
     side = (module < 0) & ~backward & (top_op == np.arange(n, dtype=rows32)) & flag(
         lambda s: s.startswith(_OPTIMIZER_SIDE_OPS))
-    optimizer |= inherited_flag(side)
+    optimizer |= _inherited_flag(side, parent)
     # Backward ops take the module (and op-level layer) of the forward op their autograd node came from.
     linked = (module < 0) & (fwd_link >= 0)
     module[linked] = module[fwd_link[linked]]
     top_linked = fwd_link >= 0
     top_op[top_linked] = top_op[fwd_link[top_linked]]
+    del linked, top_linked
     # Source line: the innermost Python frame of user code above the op (with_stack traces record frames as
     # python_function events named "path/file.py(123): func"); backward work takes its forward op's line.
     own_src = np.full(n, -1, dtype=np.int32)
@@ -199,10 +254,11 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
         frames = {s_: _user_frame(s_) for s_ in set(py_names.tolist())}
         labels = {f: profile.intern(f) for f in set(frames.values()) if f}
         own_src[py_rows] = [labels.get(frames[s_], -1) for s_ in py_names]
-    source = inherit(own_src, parent)
+    source = inherit(own_src, parent, in_place=True)
     del own_src
     src_linked = (source < 0) & (fwd_link >= 0)
     source[src_linked] = source[fwd_link[src_linked]]
+    del src_linked, fwd_link, parent, is_py
     input_copy = flag(lambda s: s in _INPUT_COPY_OPS)
     top_input_copy = np.zeros(n, dtype=bool)
     ok = top_op >= 0
@@ -210,6 +266,11 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     release_pages()
     return {"name_id": ops["name_id"], "module": module, "top_op": top_op, "optimizer": optimizer,
             "backward": backward, "dataloader": dataloader, "input_copy": top_input_copy, "source": source}
+
+
+def _inherited_flag(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Whether each op or an ancestor has the flag."""
+    return inherit(np.where(own, np.int8(1), np.int8(-1)), parent, in_place=True) > 0
 
 
 def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own: np.ndarray,
@@ -221,29 +282,34 @@ def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own
     """
     # the nearest optimizer range around (or at) each op
     root = inherit(np.where(own, np.arange(own.size, dtype=np.int32 if own.size <= _INT32_MAX else np.int64), -1),
-                   parent)
+                   parent, in_place=True)
     inside = root >= 0
     closure = np.zeros(own.size, dtype=bool)
     if not inside.any():
         return inside, closure
     start, dur = ops["start_ns"], ops["dur_ns"]
     rank = ops["rank"] if "rank" in ops else np.zeros(own.size, dtype=np.int64)
-    bwd = np.flatnonzero(backward_own)
     idx = np.flatnonzero(inside)
     roots, which = np.unique(root[idx], return_inverse=True)
     cuts = start[roots].astype(np.int64)
     root_end = start[roots] + dur[roots]
-    if bwd.size:
-        # Backward ops by (rank, start): those that began inside a range are one slice, found by binary search.
-        b = bwd[np.lexsort((start[bwd], rank[bwd]))]
-        b_rank, b_start, b_end = rank[b], start[b], start[b] + dur[b]
-        for k, r in enumerate(roots.tolist()):  # one per optimizer call in the trace
-            lo_r, hi_r = np.searchsorted(b_rank, rank[r], side="left"), np.searchsorted(b_rank, rank[r], side="right")
-            mine = b_start[lo_r:hi_r]
-            lo = lo_r + int(np.searchsorted(mine, start[r], side="left"))
-            hi = lo_r + int(np.searchsorted(mine, root_end[k], side="left"))
-            if hi > lo:
-                cuts[k] = max(cuts[k], int(b_end[lo:hi].max()))
+    root_rank = rank[roots]
+    # The backward ops that began inside a range of their rank, a block of rows at a time (half a training trace's
+    # ops are backward): by start within a block, those of a range are one slice, found by binary search.
+    by_rank = [(r, np.flatnonzero(root_rank == r)) for r in np.unique(root_rank).tolist()]
+    for a in range(0, own.size, _INHERIT_ROWS):
+        bwd = np.flatnonzero(backward_own[a:a + _INHERIT_ROWS]) + a
+        b_rank = rank[bwd]
+        for r, ks in by_rank:
+            b = bwd[b_rank == r]
+            b = b[np.argsort(start[b], kind="stable")]
+            b_start = start[b]
+            lo = np.searchsorted(b_start, start[roots[ks]], side="left")
+            hi = np.searchsorted(b_start, root_end[ks], side="left")
+            some = hi > lo
+            for k, i, j in zip(ks[some].tolist(), lo[some].tolist(), hi[some].tolist(), strict=True):
+                cuts[k] = max(cuts[k], int((b_start[i:j] + dur[b[i:j]]).max()))
+        release_pages_of(start, dur, rank)  # a big trace's mapped columns: a block's pages at a time
     closure[roots[cuts > start[roots]]] = True
     after = np.zeros(own.size, dtype=bool)  # inside a range, from its cut on
     after[idx] = start[idx] >= cuts[which.reshape(-1)]
