@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dnnprof.model.mapped_columns import release_pages_of
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
 
@@ -45,6 +46,7 @@ def host_ops(profile: Profile, rank: int = 0) -> list[HostOpRow]:
         p = parent[a:a + _BLOCK_ROWS]
         keep = p >= 0
         np.add.at(child, p[keep], dur[a:a + _BLOCK_ROWS][keep].astype(np.float64))
+        release_pages_of(parent, dur)  # a big trace's mapped columns: a block's pages at a time
     # Calls, total and self time per name id (+1: an op without a name, -1, counts at 0), a block of rows at a
     # time: float64 sums of integer nanoseconds are exact, whatever the blocks.
     ids = ops["name_id"]
@@ -63,6 +65,7 @@ def host_ops(profile: Profile, rank: int = 0) -> list[HostOpRow]:
         calls += np.bincount(k, minlength=width)
         tot += np.bincount(k, weights=own, minlength=width)
         slf += np.bincount(k, weights=np.maximum(own - child[r].astype(np.int64), 0), minlength=width)
+        release_pages_of(ops["rank"], ops["category"], ops["step"], ids, dur)
     del child
     present = np.flatnonzero(calls)
     if present.size == 0:

@@ -518,6 +518,8 @@ class EventColumns:
         self._fill_names(t["input_dims_id"], cols.pop("dims"), order)
         self._written_later(t, "parent_row", "depth")
         self._wait()
+        del order, cats  # the sort of every op, not held through the nesting
+        release_pages()
         nest(t)
         return t
 

@@ -64,7 +64,7 @@ def nest(t: dict[str, np.ndarray]) -> None:
 #: Rows nested at once by :func:`nest`: whole top-level stretches of a thread are taken together up to about this
 #: many rows (the array method's temporaries are a few dozen columns of the rows it is given); the passes over the
 #: whole table go this many rows at a time.
-_NEST_ROWS = 1 << 20
+_NEST_ROWS = 1 << 18
 
 
 def _grouped(t: dict[str, np.ndarray], o: np.ndarray, threads: np.ndarray) -> tuple[np.ndarray, ...]:

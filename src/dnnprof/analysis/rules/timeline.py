@@ -120,9 +120,13 @@ def build_timeline(ctx: Context) -> Timeline:
         lo, hi = steps["gpu_start_ns"][sel], steps["gpu_end_ns"][sel]
     else:
         lo, hi = np.array([act_s.min()]), np.array([act_e.max()])
+    # a big trace's activities are millions: each column is dropped once spent
+    del act_e
     parts = [gaps(ms, me, int(a), int(b)) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    del ms, me
     gs = np.concatenate([x[0] for x in parts]).astype(np.int64)
     ge = np.concatenate([x[1] for x in parts]).astype(np.int64)
+    del parts
     order = np.argsort(gs, kind="stable")
     gs, ge = gs[order], ge[order]
 
@@ -139,6 +143,7 @@ def build_timeline(ctx: Context) -> Timeline:
     has_next = nxt < act_s.size
     launched = np.where(has_next, act_l[np.clip(nxt, 0, act_s.size - 1)], -1)
     host_launch = has_next & (launched > gs)
+    del nxt, has_next, launched
     # The blocking call in flight when the GPU ran dry (started before gs + tol, ended after gs - tol).
     direct = np.full(gs.size, -1, dtype=np.int64)
     if cs.size:
@@ -147,12 +152,14 @@ def build_timeline(ctx: Context) -> Timeline:
         run_arg = _running_argmax(ce)
         ok = (j >= 0) & (run_end[np.clip(j, 0, None)] >= gs - SYNC_TOLERANCE_NS)
         direct = np.where(ok, run_arg[np.clip(j, 0, None)], -1)
+        del j, run_end, run_arg, ok
     cause = np.full(gs.size, CAUSES.index("other"), dtype=np.int8)
     cause[host_launch] = CAUSES.index("host_launch")
     cause[direct >= 0] = CAUSES.index("sync")
     rest = ge - gs - dl
     blamed = np.zeros(gs.size, dtype=np.int64)
     lead = np.where(act_l >= 0, act_s - act_l, -1)
+    del act_l
     run_lead = _lead_before(act_s, lead, gs, ge)
     _charge(calls, gs, ge, rest, cause, direct, blamed, run_lead)
     return Timeline(gs, ge, dl, cause, blamed, calls, lead)
