@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dnnprof.model.mapped_columns import release_pages_of
+
 
 def unique_strings(ids: np.ndarray, lut: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(lut[ids], return_inverse=True)`` of string ids, in O(rows + strings) plus a sort of the
@@ -31,6 +33,7 @@ def row_keys(columns: list[np.ndarray]) -> np.ndarray:
     span = 1
     for col in columns:
         c = np.asarray(col).astype(np.int64)  # a copy, made relative in place: one temporary of the rows' length
+        release_pages_of(col)  # a big trace's mapped column: its pages, once copied
         lo = int(c.min())
         radix = int(c.max()) - lo + 1
         if radix == 1:  # a constant column (block_z, grid_z): nothing to tell rows apart

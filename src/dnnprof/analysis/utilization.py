@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dnnprof.analysis.intervals import covered_per_window, gaps, merge
+from dnnprof.analysis.intervals import covered_per_window, gaps, interleave, merge, merge_runs
 from dnnprof.analysis.kernel_names import family
-from dnnprof.model.mapped_columns import release_pages
+from dnnprof.model.mapped_columns import release_pages, release_pages_of
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import API_KINDS, OP_CATEGORIES
 
@@ -108,9 +108,7 @@ def primary_device(profile: Profile, rank: int = 0) -> int:
 def collective_mask(profile: Profile, rows: np.ndarray) -> np.ndarray:
     """Which of these kernel rows are collectives (NCCL, by ``kernel_names.family``); one lookup per name."""
     ids = profile.tables["kernels"]["name_id"][rows]
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    is_nccl = np.array([family(str(n)) == "nccl" for n in profile.names(uniq).tolist()], dtype=bool)
-    return is_nccl[inverse] if uniq.size else np.zeros(0, dtype=bool)
+    return profile.names_where(ids, lambda s: family(s) == "nccl")  # no sort of the ids: one test per name
 
 
 def _gpu_rows(profile: Profile, table: str, rank: int, device: int) -> np.ndarray:
@@ -122,31 +120,50 @@ def gpu_activity(profile: Profile, rank: int, device: int) -> tuple[np.ndarray, 
     """Start, end and launch time (-1: no launch record) of every kernel, copy and memset of the rank on the
     device, by start (stable from kernels, copies, memsets in table order).
 
-    Filled into columns of the final size and put in order one column at a time: a few columns of the activity's
-    length at once, not a dozen (this is most of the analysis's peak memory on a big trace).
+    Each table's rows are in order of start (the tables are): the copies and memsets are inserted among the
+    kernels, a column at a time, with no order of every activity (this is most of the analysis's peak memory on a
+    big trace). Rows out of order are sorted: a few columns of the activity's length at once.
     """
+    release_pages()  # a big trace's mapped columns: whatever the caller read before, not held through this
     rt_start = profile.tables["runtime"]["start_ns"]
-    picks = [(table, _gpu_rows(profile, table, rank, device)) for table in ("kernels", "memcpy", "memset")]
-    n = sum(rows.size for _, rows in picks)
-    act_s, act_e, act_l = (np.empty(n, dtype=np.int64) for _ in range(3))
-    at = 0
-    for table, rows in picks:
+    runs = []
+    for table in ("kernels", "memcpy", "memset"):
         t = profile.tables[table]
-        end = at + rows.size
-        act_s[at:end] = t["start_ns"][rows]
-        act_e[at:end] = t["dur_ns"][rows]
-        act_e[at:end] += act_s[at:end]
-        lr = t["launch_row"][rows]
-        act_l[at:end] = np.where(lr >= 0, rt_start[np.clip(lr, 0, None)] if rt_start.size else -1, -1)
-        at = end
+        rows = _gpu_rows(profile, table, rank, device)
+        s = t["start_ns"][rows].astype(np.int64, copy=False)
+        e = s + t["dur_ns"][rows]
+        runs.append((s, e.astype(np.int64, copy=False), _launch_times(rt_start, t["launch_row"][rows])))
+        del rows, s, e
         release_pages()  # launches spread over the runtime table touch most of its start column: one table at a time
-    del picks
-    release_pages()  # the tables' pages: what follows works on these columns alone
+    together = interleave(runs)
+    if together is not None:
+        del runs
+        return together[0], together[1], together[2]
+    act_s, act_e, act_l = (np.concatenate([r[i] for r in runs]) for i in range(3))
+    del runs
     order = np.argsort(act_s, kind="stable")
     act_s = act_s[order]
     act_e = act_e[order]
     act_l = act_l[order]
     return act_s, act_e, act_l
+
+
+def _launch_times(rt_start: np.ndarray, launch_row: np.ndarray) -> np.ndarray:
+    """The start of each launch's runtime call (-1: no launch record), a block of rows at a time: a big trace's
+    launches spread over the runtime table's mapped start column, whose pages are given back after each block."""
+    out = np.full(launch_row.size, -1, dtype=np.int64)
+    if rt_start.size == 0:
+        return out
+    for a in range(0, launch_row.size, _LAUNCH_ROWS):
+        lr = launch_row[a:a + _LAUNCH_ROWS]
+        ok = np.flatnonzero(lr >= 0)
+        out[a + ok] = rt_start[lr[ok]]
+        release_pages_of(rt_start)
+    return out
+
+
+#: Launches :func:`_launch_times` looks up at once.
+_LAUNCH_ROWS = 1 << 18
 
 
 def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> Utilization:
@@ -162,27 +179,6 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
         rows = _gpu_rows(profile, table, rank, device) if rows is None else rows
         s = t["start_ns"][rows]
         return s, s + t["dur_ns"][rows]
-
-    ms_all = merge(all_s, all_e)
-    krows = _gpu_rows(profile, "kernels", rank, device)
-    release_pages()  # a big trace's mapped columns (model.mapped_columns): each part's pages in turn
-    ks, ke = part("kernels", krows)
-    release_pages()
-    ms_k = merge(ks, ke)
-    cs, ce = part("memcpy")
-    ms_km = merge(np.concatenate([ks, cs]), np.concatenate([ke, ce]))
-    release_pages()
-    # Everything but collective kernels: the busy time it leaves is collectives alone.
-    nccl = collective_mask(profile, krows)
-    del krows
-    release_pages()
-    if nccl.any():
-        ss, se = part("memset")
-        ms_rest = merge(np.concatenate([ks[~nccl], cs, ss]), np.concatenate([ke[~nccl], ce, se]))
-    else:
-        ms_rest = ms_all
-    del ks, ke, cs, ce
-    release_pages()
 
     steps = profile.tables["steps"]
     sel = np.flatnonzero((steps["rank"] == rank) & (steps["gpu_start_ns"] >= 0))
@@ -200,10 +196,30 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
         whole = True
     host_ns = int(steps["dur_ns"][steps["rank"] == rank].sum()) if not whole else _host_span_ns(profile, rank)
     window = hi - lo
-    cov_k = covered_per_window(*ms_k, lo, hi)
-    cov_km = covered_per_window(*ms_km, lo, hi)
+    # Each union of intervals is measured over the windows as soon as it is made, then dropped: on a big trace
+    # each is two columns of millions of intervals.
+    ms_all = merge(all_s, all_e)
+    del all_e
     cov_all = covered_per_window(*ms_all, lo, hi)
-    cov_rest = covered_per_window(*ms_rest, lo, hi)
+    krows = _gpu_rows(profile, "kernels", rank, device)
+    release_pages()  # a big trace's mapped columns (model.mapped_columns): each part's pages in turn
+    ks, ke = part("kernels", krows)
+    release_pages()
+    cov_k = covered_per_window(*merge(ks, ke), lo, hi)
+    cs, ce = part("memcpy")
+    cov_km = covered_per_window(*merge_runs([(ks, ke), (cs, ce)]), lo, hi)
+    release_pages()
+    # Everything but collective kernels: the busy time it leaves is collectives alone.
+    nccl = collective_mask(profile, krows)
+    del krows
+    release_pages()
+    if nccl.any():
+        ss, se = part("memset")
+        cov_rest = covered_per_window(*merge_runs([(ks[~nccl], ke[~nccl]), (cs, ce), (ss, se)]), lo, hi)
+    else:
+        cov_rest = cov_all
+    del ks, ke, cs, ce
+    release_pages()
     sync_s, sync_e = _sync_calls(profile, rank)
     order = np.argsort(sync_s, kind="stable")  # once, not per step
     sync_s, sync_latest_end = sync_s[order], np.maximum.accumulate(sync_e[order])

@@ -1,0 +1,107 @@
+"""Activities of several tables put in order of start by insertion (no order of every row): the same rows in the
+same order as a stable sort of their concatenation, and the same busy time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import DEEPSPEECH, GPT2
+from dnnprof.analysis.intervals import interleave, merge, merge_runs
+from dnnprof.analysis.utilization import gpu_activity, primary_device, utilization
+from dnnprof.ingest.kineto import read_kineto
+
+
+def _runs(rng: np.random.Generator, sorted_runs: bool) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    out = []
+    for _ in range(int(rng.integers(1, 5))):
+        n = int(rng.integers(0, 40))
+        s = rng.integers(0, 30, n)  # few distinct starts: ties within and across runs
+        if sorted_runs:
+            s = np.sort(s)
+        e = s + rng.integers(-3, 10, n)  # a negative length too: order among ties then matters to merge
+        out.append((s, e, np.arange(n) + 1000 * len(out)))  # the third column tells the rows apart
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_interleaved_runs_are_the_stable_sort_of_their_concatenation(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    runs = _runs(rng, sorted_runs=True)
+    cat = [np.concatenate([r[i] for r in runs]) for i in range(3)]
+    order = np.argsort(cat[0], kind="stable")
+    got = interleave(runs)
+    assert got is not None
+    assert [c.tolist() for c in got] == [c[order].tolist() for c in cat]
+    assert [a.tolist() for a in merge_runs([(s, e) for s, e, _ in runs])] == [a.tolist() for a in merge(cat[0], cat[1])]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_runs_out_of_order_are_sorted_as_before(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    runs = _runs(rng, sorted_runs=False)
+    cat = [np.concatenate([r[i] for r in runs]) for i in range(2)]
+    if any(r[0].size > 1 and (np.diff(r[0]) < 0).any() for r in runs):
+        assert interleave(runs) is None
+    assert [a.tolist() for a in merge_runs([(s, e) for s, e, _ in runs])] == [a.tolist() for a in merge(*cat)]
+
+
+def test_interleave_widens_as_concatenate_does() -> None:
+    got = interleave([(np.array([1, 5], dtype=np.int32),), (np.array([2**40], dtype=np.int64),)])
+    assert got is not None and got[0].dtype == np.int64 and got[0].tolist() == [1, 5, 2**40]
+    assert interleave([]) == []
+
+
+def _by_sort(profile, rank: int, device: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    """The activity columns as first written: every table's rows concatenated, then a stable sort."""
+    rt_start = profile.tables["runtime"]["start_ns"]
+    cols: list[list[np.ndarray]] = [[], [], []]
+    for table in ("kernels", "memcpy", "memset"):
+        t = profile.tables[table]
+        rows = np.flatnonzero((t["rank"] == rank) & (t["device"] == device))
+        s = t["start_ns"][rows].astype(np.int64)
+        lr = t["launch_row"][rows]
+        cols[0].append(s)
+        cols[1].append(s + t["dur_ns"][rows])
+        cols[2].append(np.where(lr >= 0, rt_start[np.clip(lr, 0, None)], -1))
+    cat = [np.concatenate(c) for c in cols]
+    order = np.argsort(cat[0], kind="stable")
+    return [c[order].tolist() for c in cat]
+
+
+@pytest.mark.parametrize("path", [DEEPSPEECH, GPT2], ids=["deepspeech", "gpt2"])
+def test_gpu_activity_on_recorded_traces_is_the_sorted_concatenation(path) -> None:  # type: ignore[no-untyped-def]
+    p = read_kineto(path)
+    device = primary_device(p)
+    assert p.rows("memcpy") + p.rows("memset") > 0 and p.rows("kernels") > 1000
+    got = gpu_activity(p, 0, device)
+    assert [c.tolist() for c in got] == _by_sort(p, 0, device)
+    assert all(c.dtype == np.int64 for c in got)
+
+
+def test_gpu_activity_with_kernels_out_of_order() -> None:
+    """A profile whose kernel rows are not in order of start (built elsewhere than the reader): the sort."""
+    p = read_kineto(DEEPSPEECH)
+    device = primary_device(p)
+    before = utilization(p, 0, device)
+    k = p.tables["kernels"]
+    flip = np.arange(k["start_ns"].size)[::-1]
+    p.tables["kernels"] = {c: v[flip] for c, v in k.items()}
+    got = gpu_activity(p, 0, device)
+    assert [c.tolist() for c in got] == _by_sort(p, 0, device)
+    after = utilization(p, 0, device)
+    assert [(s.kernel_ns, s.memcpy_ns, s.memset_ns, s.idle_ns) for s in after.steps] == \
+        [(s.kernel_ns, s.memcpy_ns, s.memset_ns, s.idle_ns) for s in before.steps]
+
+
+@pytest.mark.parametrize("block", [1, 7, 1 << 18])
+def test_launch_times_a_block_at_a_time(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each launch's runtime call start, looked up a few launches at a time: the whole column's answer."""
+    from dnnprof.analysis import utilization as mod
+
+    p = read_kineto(DEEPSPEECH)
+    rt_start, lr = p.tables["runtime"]["start_ns"], p.tables["kernels"]["launch_row"]
+    monkeypatch.setattr(mod, "_LAUNCH_ROWS", block)
+    want = np.where(lr >= 0, rt_start[np.clip(lr, 0, None)], -1)
+    assert (lr >= 0).any() and mod._launch_times(rt_start, lr).tolist() == want.tolist()
+    assert mod._launch_times(np.empty(0, np.int64), np.array([-1, 3])).tolist() == [-1, -1]
