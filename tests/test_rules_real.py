@@ -287,3 +287,24 @@ def test_the_ops_distinct_names_are_every_name_once(gpt2: Any) -> None:
     assert got == [a.profile.strings[i] for i in sorted(set(ids.tolist())) if i >= 0] + ([""] if (ids < 0).any() else [])
     assert len(got) == len(set(got)) and "aten::addmm" in got
     assert a.profile.distinct_names(np.array([3, -1, 3, 10**9, 0])) == [a.profile.strings[0], a.profile.strings[3], ""]
+
+
+def test_the_host_op_at_a_time_when_the_ops_were_never_nested() -> None:
+    """An ops table built elsewhere, depths unknown (-1): the first op running at the time, as a test of every op
+    at once gives it."""
+    from types import SimpleNamespace
+
+    from dnnprof.analysis.rules import idle
+    from dnnprof.model.profile import Profile
+    from dnnprof.model.schema import empty_table
+
+    p = Profile()
+    ops = empty_table("ops", 3)
+    ops["start_ns"][:] = [0, 10, 50]
+    ops["dur_ns"][:] = [100, 20, 5]
+    ops["rank"][:] = 0
+    ops["depth"][:] = -1
+    ops["name_id"][:] = [p.intern("outer"), p.intern("inner"), p.intern("later")]
+    p.tables["ops"] = ops
+    ctx = SimpleNamespace(profile=p, rank=0, op_name=lambda row: p.name(int(ops["name_id"][row])) if row >= 0 else "")
+    assert idle._host_op_at(ctx, 15) == "outer" and idle._host_op_at(ctx, 200) == ""

@@ -89,8 +89,7 @@ class Profile:
     def name_tests(self, ids: np.ndarray) -> Callable[[Callable[[str], object]], np.ndarray]:
         """``names_where(ids, test)`` for many tests of one id column: the distinct ids are found once. Ids outside
         the strings read as -1 (""); a column of valid ids is indexed as it is, without a copy."""
-        n = len(self.strings)
-        ids, present = self._present(ids)
+        ids, present, n = self._present(ids)
         strings = self.strings
 
         def where(test: Callable[[str], object]) -> np.ndarray:
@@ -102,20 +101,21 @@ class Profile:
 
     def distinct_names(self, ids: np.ndarray) -> list[str]:
         """The distinct names of an id column, in id order ("" last, for -1 or an id outside the strings)."""
-        _, present = self._present(ids)
-        n = len(self.strings)
-        return [self.strings[i] if i < n else "" for i in present]
+        _, present, n = self._present(ids)
+        strings = self.strings
+        return [strings[i] if i < n else "" for i in present]
 
-    def _present(self, ids: np.ndarray) -> tuple[np.ndarray, list[int]]:
-        """The id column with ids outside the strings as -1, and its distinct ids in order, -1 as ``len(strings)``.
-        Marked in a table of the strings' size: no sort and no copy of a column of tens of millions of ids."""
+    def _present(self, ids: np.ndarray) -> tuple[np.ndarray, list[int], int]:
+        """The id column with ids outside the strings as -1, its distinct ids in order (-1 as ``n``), and ``n``:
+        the number of strings they were read against (another thread may intern meanwhile). Marked in a table of
+        the strings' size: no sort and no copy of a column of tens of millions of ids."""
         n = len(self.strings)
         ids = np.asarray(ids)
         if ids.size and (int(ids.min()) < -1 or int(ids.max()) >= n):
             ids = np.where((ids >= 0) & (ids < n), ids, -1)
         seen = np.zeros(n + 1, dtype=bool)
         seen[ids] = True  # -1 marks seen[n]: ""
-        return ids, np.flatnonzero(seen).tolist()
+        return ids, np.flatnonzero(seen).tolist(), n
 
     def string_id(self, s: str) -> int:
         """Id of ``s`` or -1 when the profile never mentions it."""

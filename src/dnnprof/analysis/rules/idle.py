@@ -49,7 +49,7 @@ def _host_op_at(ctx: Context, t_ns: int) -> str:
     """The innermost op running on the host at ``t_ns`` (the deepest of any thread's; the first in row order of
     equally deep ones), "" when none. A block of rows at a time: a big trace's ops are tens of millions."""
     ops = ctx.profile.tables["ops"]
-    best, best_depth = -1, -1
+    best, best_depth = -1, 0  # best_depth is read only once best >= 0
     for a in range(0, ops["start_ns"].size, _SCAN_ROWS):
         b = a + _SCAN_ROWS
         s = ops["start_ns"][a:b]
@@ -57,7 +57,7 @@ def _host_op_at(ctx: Context, t_ns: int) -> str:
         if sel.size:
             d = ops["depth"][a:b][sel]
             i = int(np.argmax(d))
-            if int(d[i]) > best_depth:
+            if best < 0 or int(d[i]) > best_depth:
                 best, best_depth = a + int(sel[i]), int(d[i])
         release_pages_of(ops["start_ns"], ops["dur_ns"], ops["rank"], ops["depth"])  # mapped: a block's pages
     return ctx.op_name(best)
