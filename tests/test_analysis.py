@@ -243,9 +243,34 @@ def test_inherit_where_a_parent_comes_after_its_child(block: int, seed: int, mon
             j = int(parent[j])
         want.append(int(own[j]) if j >= 0 else -1)
     monkeypatch.setattr(mod, "_INHERIT_ROWS", block)
-    assert not mod.parents_first(parent) or (parent < np.arange(n)).all()
+    if not (parent < np.arange(n)).all():  # some parent after its child: the row-order method must not run
+
+        def refuse(*_: object) -> None:
+            raise AssertionError("rows answered in row order though a parent comes after its child")
+
+        monkeypatch.setattr(mod, "_inherit_block", refuse)
     got = mod.inherit(own, parent)
     assert got.tolist() == want
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64])
+@pytest.mark.parametrize("block", [1, 3, 1 << 20])
+@pytest.mark.parametrize("seed", range(4))
+def test_inherit_in_row_order_is_the_pointer_jumping(dtype: type, block: int, seed: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parents first, labels of any width (below -1 too, which count as unlabelled): the row-order blocks give what
+    pointer jumping over the whole table gives, in the same type."""
+    from dnnprof.analysis import attribution as mod
+
+    rng = np.random.default_rng(70 + seed)
+    n = int(rng.integers(1, 300))
+    parent = np.array([int(rng.integers(-3, i)) if i else -1 for i in range(n)], dtype=np.int32)  # -3, -2: none
+    own = np.where(rng.random(n) < 0.2, rng.integers(0, 100, n), rng.choice([-1, -1, -1, -7], n)).astype(dtype)
+    monkeypatch.setattr(mod, "_INHERIT_ROWS", block)
+    want = mod._jump_pointers(own.astype(np.int64), parent.astype(np.int64))
+    got = mod.inherit(own, parent)
+    assert mod.parents_first(parent) and got.tolist() == want.tolist()
+    assert got.dtype == (np.int64 if (own < -1).any() else (dtype if dtype != np.int64 else np.int32))
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.int32])
@@ -259,6 +284,11 @@ def test_inherit_in_place_writes_the_labels_it_was_given(dtype: type) -> None:
     assert got is own and got.dtype == dtype and got.tolist() == [1, 1, 1, -1, 2, 2]
     kept = np.array([1, -1], dtype=dtype)
     assert inherit(kept, np.array([-1, 0], dtype=np.int32)) is not kept and kept.tolist() == [1, -1]
+    table_column = np.array([5, -1, -1, 6], dtype=dtype)[1:]  # a view (a table's column): never written
+    assert inherit(table_column, np.array([-1, 0, -1], dtype=np.int32), in_place=True).tolist() == [-1, -1, 6]
+    assert table_column.tolist() == [-1, -1, 6] and table_column.base is not None
+    unlabelled = np.full(4, -1, dtype=dtype)
+    assert inherit(unlabelled, np.array([-1, 0, 1, 2], dtype=np.int32)).tolist() == [-1] * 4
 
 
 def test_inherit_keeps_values_beyond_32_bits() -> None:

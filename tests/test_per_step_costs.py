@@ -51,18 +51,21 @@ def _cuts_by_scan(ops: dict[str, np.ndarray], parent: np.ndarray, own: np.ndarra
     return inside, closure
 
 
+@pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("block", [3, 1 << 20])
 @pytest.mark.parametrize("seed", range(30))
-def test_the_closure_cut_matches_a_scan_of_every_backward_op(seed: int, block: int,
+def test_the_closure_cut_matches_a_scan_of_every_backward_op(seed: int, block: int, in_order: bool,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Whether the backward ops are looked at a few rows at a time or all at once."""
+    """Whether the backward ops are looked at a few rows at a time or all at once, and whether the rows are in
+    order of start or not."""
     from dnnprof.analysis import attribution
 
     monkeypatch.setattr(attribution, "_INHERIT_ROWS", block)
     rng = np.random.default_rng(100 + seed)
     n = int(rng.integers(1, 80))
     span = [60, 2000][seed % 2]  # small spans: backward ops that start just as a range ends
-    start = np.sort(rng.integers(0, span, n))
+    start = rng.integers(0, span, n)
+    start = np.sort(start) if in_order else start
     dur = rng.integers(0, span // 5, n)
     parent = np.array([int(rng.integers(-1, i)) if i else -1 for i in range(n)])
     own = rng.random(n) < 0.2

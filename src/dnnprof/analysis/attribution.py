@@ -84,8 +84,8 @@ class Attribution:
 
 def inherit(own: np.ndarray, parent: np.ndarray, in_place: bool = False) -> np.ndarray:
     """For every op, the value of its nearest ancestor-or-self whose ``own`` value is >= 0 (-1 when none).
-    ``in_place``: the answer is written into ``own`` when its type holds it (the caller's column of labels is
-    spent), not into a copy.
+    ``in_place``: the answer is written into ``own`` when its type holds it and it is an array of its own (the
+    caller's column of labels is spent; never a view, such as a table's column), not into a copy.
 
     When every parent's row comes before its child's (the nested op tables: :func:`parents_first`), rows are
     answered a block at a time in row order: a row whose parent lies before its block takes the parent's final
@@ -94,10 +94,14 @@ def inherit(own: np.ndarray, parent: np.ndarray, in_place: bool = False) -> np.n
     """
     # a copy (the caller's column stays as it is), 32-bit where the values allow (rows and string ids), 8 or 16
     # where they are (flags)
-    wide = own.size and (int(own.max()) > _INT32_MAX or int(own.min()) < -1 or own.size > _INT32_MAX)
+    hi, lo = (int(own.max()), int(own.min())) if own.size else (-1, -1)
+    wide = hi > _INT32_MAX or lo < -1 or own.size > _INT32_MAX
     narrow = own.dtype in (np.int8, np.int16, np.int32)
     dtype = np.int64 if wide else (own.dtype if narrow else np.int32)
-    lab = own if in_place and own.dtype == dtype else own.astype(dtype)
+    own_array = own.base is None and own.flags.writeable
+    lab = own if in_place and own_array and own.dtype == dtype else own.astype(dtype)
+    if hi == -1 and lo == -1:  # no op labelled: -1 everywhere, nothing to look up
+        return lab
     if parents_first(parent):
         for a in range(0, lab.size, _INHERIT_ROWS):
             _inherit_block(lab, parent, a, min(a + _INHERIT_ROWS, lab.size))
@@ -247,18 +251,21 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     del linked, top_linked
     # Source line: the innermost Python frame of user code above the op (with_stack traces record frames as
     # python_function events named "path/file.py(123): func"); backward work takes its forward op's line.
-    own_src = np.full(n, -1, dtype=np.int32)
     py_rows = np.flatnonzero(is_py)
     if py_rows.size:
+        own_src = np.full(n, -1, dtype=np.int32)
         py_names = names(py_rows)
         frames = {s_: _user_frame(s_) for s_ in set(py_names.tolist())}
         labels = {f: profile.intern(f) for f in set(frames.values()) if f}
         own_src[py_rows] = [labels.get(frames[s_], -1) for s_ in py_names]
-    source = inherit(own_src, parent, in_place=True)
-    del own_src
-    src_linked = (source < 0) & (fwd_link >= 0)
-    source[src_linked] = source[fwd_link[src_linked]]
-    del src_linked, fwd_link, parent, is_py
+        source = inherit(own_src, parent, in_place=True)
+        del own_src
+        src_linked = (source < 0) & (fwd_link >= 0)
+        source[src_linked] = source[fwd_link[src_linked]]
+        del src_linked
+    else:  # no Python frames (a trace without stacks): no op has a source line, and no column of -1 is kept
+        source = np.broadcast_to(np.int32(-1), (n,))
+    del fwd_link, parent, is_py, py_rows
     input_copy = flag(lambda s: s in _INPUT_COPY_OPS)
     top_input_copy = np.zeros(n, dtype=bool)
     ok = top_op >= 0
