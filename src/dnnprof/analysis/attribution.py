@@ -298,9 +298,9 @@ def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own
     rank = ops["rank"] if "rank" in ops else np.zeros(own.size, dtype=np.int64)
     idx = np.flatnonzero(inside)
     roots, which = np.unique(root[idx], return_inverse=True)
-    cuts = start[roots].astype(np.int64)
-    root_end = start[roots] + dur[roots]
-    root_rank = rank[roots]
+    cuts = _gather(start, roots).astype(np.int64)
+    root_end = cuts + _gather(dur, roots)
+    root_rank = _gather(rank, roots)
     # The backward ops that began inside a range of their rank, a block of rows at a time (half a training trace's
     # ops are backward): by start within a block, those of a range are one slice, found by binary search.
     by_rank = [(r, np.flatnonzero(root_rank == r)) for r in np.unique(root_rank).tolist()]
@@ -319,8 +319,18 @@ def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own
         release_pages_of(start, dur, rank)  # a big trace's mapped columns: a block's pages at a time
     closure[roots[cuts > start[roots]]] = True
     after = np.zeros(own.size, dtype=bool)  # inside a range, from its cut on
-    after[idx] = start[idx] >= cuts[which.reshape(-1)]
+    after[idx] = _gather(start, idx) >= cuts[which.reshape(-1)]
     return after, closure
+
+
+def _gather(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``column[rows]`` for rows in order, a block at a time: a big trace's mapped column gives its pages back after
+    each block, however far the rows spread over it."""
+    out = np.empty(rows.size, dtype=column.dtype)
+    for a in range(0, rows.size, _INHERIT_ROWS):
+        out[a:a + _INHERIT_ROWS] = column[rows[a:a + _INHERIT_ROWS]]
+        release_pages_of(column)
+    return out
 
 
 _FRAME = re.compile(r"^(?P<path>.+?\.py)\((?P<line>\d+)\): (?P<func>.+)$")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dnnprof.model.mapped_columns import release_pages
+from dnnprof.model.mapped_columns import release_pages, release_pages_of
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import STEP_SOURCES, empty_table
 
@@ -62,6 +62,7 @@ def assign_steps(
         for lo in range(0, step.size, _BLOCK_ROWS):  # a block at a time: temporaries of a block, not of the table
             sel = ranks[lo:lo + _BLOCK_ROWS] == rank
             step[lo:lo + _BLOCK_ROWS][sel] = _in_windows(when[lo:lo + _BLOCK_ROWS][sel], starts, ends, nums)
+            release_pages_of(step, when, ranks)  # a big trace's mapped columns: a block's pages at a time
     gpu_start, gpu_end = _gpu_windows(profile, rank, starts, ends, nums)
 
     steps = empty_table("steps", starts.size)
