@@ -298,8 +298,9 @@ def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own
     rank = ops["rank"] if "rank" in ops else np.zeros(own.size, dtype=np.int64)
     idx = np.flatnonzero(inside)
     roots, which = np.unique(root[idx], return_inverse=True)
-    cuts = _gather(start, roots).astype(np.int64)
-    root_end = cuts + _gather(dur, roots)
+    root_start = _gather(start, roots).astype(np.int64)
+    cuts = root_start.copy()
+    root_end = root_start + _gather(dur, roots)
     root_rank = _gather(rank, roots)
     # The backward ops that began inside a range of their rank, a block of rows at a time (half a training trace's
     # ops are backward): by start within a block, those of a range are one slice, found by binary search.
@@ -311,13 +312,13 @@ def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own
             b = bwd[b_rank == r]
             b = b[np.argsort(start[b], kind="stable")]
             b_start = start[b]
-            lo = np.searchsorted(b_start, start[roots[ks]], side="left")
+            lo = np.searchsorted(b_start, root_start[ks], side="left")
             hi = np.searchsorted(b_start, root_end[ks], side="left")
             some = hi > lo
             for k, i, j in zip(ks[some].tolist(), lo[some].tolist(), hi[some].tolist(), strict=True):
                 cuts[k] = max(cuts[k], int((b_start[i:j] + dur[b[i:j]]).max()))
         release_pages_of(start, dur, rank)  # a big trace's mapped columns: a block's pages at a time
-    closure[roots[cuts > start[roots]]] = True
+    closure[roots[cuts > root_start]] = True
     after = np.zeros(own.size, dtype=bool)  # inside a range, from its cut on
     after[idx] = _gather(start, idx) >= cuts[which.reshape(-1)]
     return after, closure
