@@ -32,7 +32,7 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 def merge_runs(runs: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """``merge`` of the union of several sets of intervals (starts, ends): the same answer as ``merge`` of their
     concatenation, without its sort when each set is in order of start (a big trace's kernels are millions)."""
-    together = interleave([(s, e) for s, e in runs])
+    together = interleave(runs)
     if together is None:
         return merge(np.concatenate([s for s, _ in runs]), np.concatenate([e for _, e in runs]))
     return merge(together[0], together[1])
