@@ -23,6 +23,7 @@ inside it has ended; the forward and backward it ran before keep their own phase
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -166,22 +167,73 @@ _INHERIT_ROWS = 1 << 20
 _INT32_MAX = 2**31 - 1
 
 
-def _op_features(profile: Profile) -> dict[str, np.ndarray]:
-    ops = profile.tables["ops"]
+def _needed_ops(ops: dict[str, np.ndarray], launching: np.ndarray) -> np.ndarray:
+    """The rows (in order) whose features the attribution of ``launching`` ops reads: those ops, the forward ops
+    that backward ops are linked to, and every ancestor of either. In a training trace a few of the ops launch
+    work; the rest are Python frames, plumbing ops and ops that only ran on the host."""
     n = ops["start_ns"].size
-    # Row and string-id columns are 32-bit, as the table's own: a big trace's ops are tens of millions of rows.
-    rows32 = np.int32 if n <= _INT32_MAX else np.int64
-    flag = profile.name_tests(ops["name_id"])
+    mark = np.zeros(n, dtype=bool)
+    mark[launching[(launching >= 0) & (launching < n)]] = True
+    for a in range(0, n, _INHERIT_ROWS):  # the forward ends of fwdbwd links, a block at a time
+        fwd = ops["fwd_row"][a:a + _INHERIT_ROWS]
+        fwd = fwd[(fwd >= 0) & (fwd < n)]
+        mark[fwd] = True
+        release_pages_of(ops["fwd_row"])
     parent = ops["parent_row"]
-    cat = ops["category"]
+    frontier = np.flatnonzero(mark)
+    while frontier.size:  # up one level of ancestors a round; the frontier only holds rows marked just now
+        up = _gather(parent, frontier)
+        up = up[up >= 0]
+        up = up[~mark[up]]
+        mark[up] = True
+        frontier = np.unique(up)
+    rows = np.flatnonzero(mark)
+    return rows.astype(np.int32) if n <= _INT32_MAX else rows
+
+
+def _positions(rows: np.ndarray | None, of: np.ndarray) -> np.ndarray:
+    """Where each op row of ``of`` is among the feature rows ``rows`` (in order, holding every row asked for);
+    -1 stays -1. ``rows`` None: every op is a feature row, so a row is its own position."""
+    if rows is None:
+        return of
+    out = np.searchsorted(rows, of).astype(rows.dtype)
+    out[of < 0] = -1
+    return out
+
+
+def _op_features(profile: Profile, launching: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """What the attribution needs of each op: ``name_id``; ``module`` (the string id of its layer, -1 when none);
+    ``top_op`` (the feature row of its op-level layer, -1); the ``optimizer``, ``backward``, ``dataloader`` and
+    ``input_copy`` flags; ``source`` (the string id of its user-code line, -1).
+
+    Without ``launching``, for every op, in row order. With it (the op rows of some GPU work), for the ops that
+    work's attribution reads (:func:`_needed_ops`) and ``row``: the op row of each feature row. The answers are the
+    same as for every op: what an op inherits comes from its ancestors, and a backward op's layer from the forward
+    op it is linked to, both among those rows.
+    """
+    ops = profile.tables["ops"]
+    n_ops = ops["start_ns"].size
+    keep = None if launching is None else _needed_ops(ops, launching)
+    n = n_ops if keep is None else keep.size
+    # Row and string-id columns are 32-bit, as the table's own: a big trace's ops are tens of millions of rows.
+    rows32 = np.int32 if n_ops <= _INT32_MAX else np.int64
+
+    def col(name: str) -> np.ndarray:  # an op column at the feature rows (the table's own column for every op)
+        return ops[name] if keep is None else _gather(ops[name], keep)
+
+    name_id = col("name_id")
+    flag = profile.name_tests(name_id)
+    parent = _positions(keep, col("parent_row"))
+    cat = col("category")
 
     def names(rows: np.ndarray) -> np.ndarray:  # the names of some ops (an object column of every op is 8 B a row)
-        return profile.names(ops["name_id"][rows])
+        return profile.names(name_id[rows])
 
     # Own module label (a string id), -1 when the op is not a module range.
     own_module = np.full(n, -1, dtype=np.int32)
     is_annot = cat == OP_CATEGORIES.index("user_annotation")
     is_py = cat == OP_CATEGORIES.index("python_function")
+    del cat
     dn = is_annot & flag(lambda s: s.startswith(MODULE_RANGE_PREFIX))  # a big trace's ops are tens of millions:
     # every column here is dropped once spent
     tm = is_py & flag(lambda s: s.startswith(_TORCH_MODULE_PREFIX))
@@ -191,22 +243,32 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
             own = names(idx)
             labels = {s: profile.intern(fmt(s)) for s in set(own.tolist())}
             own_module[idx] = [labels[s] for s in own]
-    hier = np.flatnonzero((ops["module_id"] >= 0) & (own_module < 0))
+    module_id = col("module_id")
+    hier = np.flatnonzero((module_id >= 0) & (own_module < 0))
     if hier.size:
-        own_module[hier] = ops["module_id"][hier]
+        own_module[hier] = module_id[hier]
+    del module_id, hier
 
     # A step's own marker range (ProfilerStep#N, or a repeating NVTX range an nsys export's steps were cut from).
     marker_ids = profile.tables["steps"]["name_id"]
-    step_marker = is_annot & (flag(lambda s: s.startswith(_STEP_PREFIXES))
-                              | np.isin(ops["name_id"], marker_ids[marker_ids >= 0]))
+    marker_ids = marker_ids[marker_ids >= 0]
+
+    def is_marker(ids: np.ndarray, annot: np.ndarray) -> np.ndarray:
+        return annot & (profile.name_tests(ids)(lambda s: s.startswith(_STEP_PREFIXES)) | np.isin(ids, marker_ids))
+
+    step_marker = is_marker(name_id, is_annot)
     del is_annot
     # Phases, layers and source lines are inherited within a step, never across its marker.
     parent = np.where(step_marker, -1, parent)
     optimizer_own = flag(lambda s: s.startswith(_OPTIMIZER_PREFIXES))
-    backward_own = flag(lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0)
+    fwd_row = col("fwd_row")
+    backward_own = flag(lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (fwd_row >= 0)
     release_pages()  # a big trace's mapped columns (model.mapped_columns): what follows works on these copies
-    optimizer, closure = _optimizer_after_closure(ops, parent, optimizer_own, backward_own)
-    del optimizer_own
+    # the closure cut reads the backward ops of the whole rank, launching or not
+    backward_all = backward_own if keep is None or not optimizer_own.any() else (
+        profile.name_tests(ops["name_id"])(lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0))
+    optimizer, closure = _optimizer_after_closure(ops, parent, optimizer_own, backward_all, keep)
+    del optimizer_own, backward_all
     release_pages()
     # Python frames (with_stack) are call sites, not layers: look through them for the op-level layer. So is an
     # optimizer range that ran a closure: its forward's ops are the layers, not ``Optimizer.step#``.
@@ -223,19 +285,9 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     backward = _inherited_flag(backward_own, parent)
     del backward_own
     dataloader = _inherited_flag(flag(lambda s: s.startswith(_DATALOADER_PREFIXES)), parent)
-    # The fwdbwd flow ends on the autograd node op (``AddmmBackward0``); work the engine runs beside the node
-    # under the same ``evaluate_function`` (e.g. the bias-gradient sum) must follow it too: lift the link up.
-    fwd_own = ops["fwd_row"].astype(rows32)  # a copy
-    linked_rows = np.flatnonzero(fwd_own >= 0)
-    par = parent[linked_rows]
-    has_par = par >= 0
-    linked_rows, par = linked_rows[has_par], par[has_par]
-    engine = flag(lambda s: s.startswith("autograd::engine::evaluate_function"))
-    lift = engine[par] & (fwd_own[par] < 0)
-    del engine
-    fwd_own[par[lift]] = fwd_own[linked_rows[lift]]
-    del linked_rows, par, lift
-    fwd_link = inherit(fwd_own, parent, in_place=True)
+    fwd_own = _fwd_links(profile, ops, keep, name_id, fwd_row, parent, is_marker)
+    del fwd_row
+    fwd_link = inherit(_positions(keep, fwd_own), parent, in_place=True)
     del fwd_own
     module = inherit(own_module, parent, in_place=True)
     del own_module
@@ -271,8 +323,42 @@ def _op_features(profile: Profile) -> dict[str, np.ndarray]:
     ok = top_op >= 0
     top_input_copy[ok] = input_copy[top_op[ok]]
     release_pages()
-    return {"name_id": ops["name_id"], "module": module, "top_op": top_op, "optimizer": optimizer,
-            "backward": backward, "dataloader": dataloader, "input_copy": top_input_copy, "source": source}
+    out = {"name_id": name_id, "module": module, "top_op": top_op, "optimizer": optimizer,
+           "backward": backward, "dataloader": dataloader, "input_copy": top_input_copy, "source": source}
+    if keep is not None:
+        out["row"] = keep
+    return out
+
+
+def _fwd_links(profile: Profile, ops: dict[str, np.ndarray], keep: np.ndarray | None, name_id: np.ndarray,
+               fwd_row: np.ndarray, parent: np.ndarray,
+               is_marker: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    """Each feature row's own fwdbwd link (the op row of its forward op, -1). The flow ends on the autograd node op
+    (``AddmmBackward0``); work the engine runs beside the node under the same ``evaluate_function`` (e.g. the
+    bias-gradient sum) must follow it too, so the link is lifted to the engine op above the node. ``name_id``,
+    ``fwd_row``, ``parent``: the feature rows' (``parent`` as positions, cut at step markers)."""
+    fwd_own = fwd_row.astype(np.int32 if ops["start_ns"].size <= _INT32_MAX else np.int64)  # a copy
+    if keep is None:
+        linked_rows = np.flatnonzero(fwd_own >= 0)
+        par = parent[linked_rows]
+    else:  # a node op need not be a feature row (it may launch nothing): they are found among every op
+        linked_rows = np.flatnonzero(ops["fwd_row"] >= 0)
+        par = _gather(ops["parent_row"], linked_rows)
+        annot = _gather(ops["category"], linked_rows) == OP_CATEGORIES.index("user_annotation")
+        par[is_marker(_gather(ops["name_id"], linked_rows), annot)] = -1
+        # only engine ops among the feature rows matter: no one reads the rest
+        pos = np.searchsorted(keep, par)
+        found = (par >= 0) & (pos < keep.size)
+        found[found] = keep[pos[found]] == par[found]
+        par = np.where(found, pos, -1)
+    has_par = par >= 0
+    linked_rows, par = linked_rows[has_par], par[has_par]
+    engine = profile.name_tests(name_id[par])(lambda s: s.startswith("autograd::engine::evaluate_function"))
+    lift = engine & (fwd_own[par] < 0)
+    forward = (fwd_own[linked_rows[lift]] if keep is None
+               else _gather(ops["fwd_row"], linked_rows[lift]).astype(fwd_own.dtype))
+    fwd_own[par[lift]] = forward
+    return fwd_own
 
 
 def _inherited_flag(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -281,11 +367,14 @@ def _inherited_flag(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
 
 
 def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own: np.ndarray,
-                             backward_own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                             backward_own: np.ndarray, rows: np.ndarray | None = None
+                             ) -> tuple[np.ndarray, np.ndarray]:
     """Ops in an optimizer range, from the end of the last backward op that began inside that range on; and the
     optimizer ranges that ran such a closure.
 
     Without a closure nothing backward begins inside the range and the first is every op under it.
+    ``parent`` and ``own`` are of the feature rows (``rows``: their op rows; None: every op); ``backward_own`` of
+    every op, since the backward ops of a closure run on the autograd thread, outside the range's tree.
     """
     # the nearest optimizer range around (or at) each op
     root = inherit(np.where(own, np.arange(own.size, dtype=np.int32 if own.size <= _INT32_MAX else np.int64), -1),
@@ -294,18 +383,22 @@ def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own
     closure = np.zeros(own.size, dtype=bool)
     if not inside.any():
         return inside, closure
+
+    def op_rows(r: np.ndarray) -> np.ndarray:
+        return r if rows is None else rows[r]
+
     start, dur = ops["start_ns"], ops["dur_ns"]
-    rank = ops["rank"] if "rank" in ops else np.zeros(own.size, dtype=np.int64)
+    rank = ops["rank"] if "rank" in ops else np.zeros(start.size, dtype=np.int64)
     idx = np.flatnonzero(inside)
     roots, which = np.unique(root[idx], return_inverse=True)
-    root_start = _gather(start, roots).astype(np.int64)
+    root_start = _gather(start, op_rows(roots)).astype(np.int64)
     cuts = root_start.copy()
-    root_end = root_start + _gather(dur, roots)
-    root_rank = _gather(rank, roots)
+    root_end = root_start + _gather(dur, op_rows(roots))
+    root_rank = _gather(rank, op_rows(roots))
     # The backward ops that began inside a range of their rank, a block of rows at a time (half a training trace's
     # ops are backward): by start within a block, those of a range are one slice, found by binary search.
     by_rank = [(r, np.flatnonzero(root_rank == r)) for r in np.unique(root_rank).tolist()]
-    for a in range(0, own.size, _INHERIT_ROWS):
+    for a in range(0, backward_own.size, _INHERIT_ROWS):
         bwd = np.flatnonzero(backward_own[a:a + _INHERIT_ROWS]) + a
         b_rank = rank[bwd]
         for r, ks in by_rank:
@@ -320,7 +413,7 @@ def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own
         release_pages_of(start, dur, rank)  # a big trace's mapped columns: a block's pages at a time
     closure[roots[cuts > root_start]] = True
     after = np.zeros(own.size, dtype=bool)  # inside a range, from its cut on
-    after[idx] = _gather(start, idx) >= cuts[which.reshape(-1)]
+    after[idx] = _gather(start, op_rows(idx)) >= cuts[which.reshape(-1)]
     return after, closure
 
 
@@ -370,9 +463,9 @@ def attribute(profile: Profile, table: str = "kernels") -> Attribution:
     if n == 0:
         empty = np.empty(0, dtype=object)
         return Attribution(empty, np.empty(0, dtype=np.int8), empty, "none")
-    f = _op_features(profile)
+    f = _op_features(profile, None if table == "ops" else op_row)
     has_op = op_row >= 0
-    r = np.clip(op_row, 0, None)
+    r = np.clip(op_row, 0, None) if "row" not in f else _positions(f.pop("row"), np.where(has_op, op_row, 0))
     if f["name_id"].size == 0:
         has_op[:] = False
         r[:] = 0

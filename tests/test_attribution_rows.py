@@ -1,0 +1,98 @@
+"""The attribution reads the features of the ops that launched work and of their ancestors and forward ops only
+(``_op_features(profile, launching)``): on real traces those features are the every-op features at those rows."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import CPU_MLP, DATA, DEEPSPEECH, GPT2
+from dnnprof.analysis import attribution
+from dnnprof.analysis.attribution import _op_features, attribute
+from dnnprof.ingest.assemble import assemble, load_collector
+from dnnprof.ingest.kineto import read_kineto
+from dnnprof.model.profile import Profile
+
+FOREIGN = Path(__file__).resolve().parents[2] / "shared" / "foreign"
+TRACES = [GPT2, DEEPSPEECH, CPU_MLP, DATA / "graph_replay_h100" / "trace.json.gz",
+          *sorted((DATA / "h100_recorded").glob("*.json.gz"))]
+FOREIGN_TRACES = ["hta__alexnet_critical_path.json.gz", "hta__mi250_minitoy_train.json.gz",
+                  "kineto__tbplugin_resnet50_autograd_api_2021-01.json.gz", "hta__trace_diff_control.json.gz"]
+RUNS = ("hf_fused", "lightning", "cuda_fp16")
+
+
+def _same_features(p: Profile, table: str = "kernels") -> int:
+    every = _op_features(p)
+    launching = p.tables[table]["op_row"]
+    some = _op_features(p, launching)
+    rows = some.pop("row")
+    assert np.all(np.diff(rows) > 0)
+    assert set(launching[launching >= 0].tolist()) <= set(rows.tolist())
+    for key, col in some.items():
+        want = every[key][rows]
+        if key == "top_op":  # a feature row, there as here
+            col = np.where(col >= 0, rows[np.clip(col, 0, None)], -1)
+        assert np.array_equal(col, want), key
+    return rows.size
+
+
+def _attributions_equal(p: Profile, monkeypatch: pytest.MonkeyPatch) -> None:
+    got = attribute(p)
+    with monkeypatch.context() as m:  # every op's features, as before
+        full = attribution._op_features
+        m.setattr(attribution, "_op_features", lambda prof, launching=None: full(prof))
+        want = attribute(p)
+    for name in ("layer", "op_name", "source", "phase"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    assert got.level == want.level
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda x: f"{x.parent.name}/{x.name}")
+def test_feature_rows_of_a_recorded_trace(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = read_kineto(path)
+    n = _same_features(p)
+    if p.tables["kernels"]["start_ns"].size and p.tables["ops"]["start_ns"].size:
+        assert n < p.tables["ops"]["start_ns"].size  # Python frames and host-only ops are not read
+    _attributions_equal(p, monkeypatch)
+
+
+@pytest.mark.parametrize("name", FOREIGN_TRACES)
+def test_feature_rows_of_a_foreign_trace(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = FOREIGN / name
+    if not path.exists():
+        pytest.skip("the foreign traces are not beside this checkout")
+    p = read_kineto(path)
+    _same_features(p)
+    _attributions_equal(p, monkeypatch)
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_feature_rows_of_user_scripts(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning's closure: backward ops on the autograd thread begin inside Optimizer.step# without being under it
+    d = tmp_path / name
+    shutil.copytree(DATA / "run_user_h100" / name, d)
+    p, _ = assemble(d, load_collector(d))
+    _same_features(p)
+    _attributions_equal(p, monkeypatch)
+
+
+def test_a_node_op_that_launched_nothing_still_lifts_its_link(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bias-gradient sum beside ``AddmmBackward0`` under one ``evaluate_function`` takes the forward op's layer,
+    also when the node op itself launched nothing (so is no feature row)."""
+    p = read_kineto(GPT2)
+    ops = p.tables["ops"]
+    names = p.names(ops["name_id"])
+    engine = np.flatnonzero([s.startswith("autograd::engine::evaluate_function") for s in names])
+    node = np.flatnonzero(ops["fwd_row"] >= 0)
+    node = node[np.isin(ops["parent_row"][node], engine)]
+    launching = p.tables["kernels"]["op_row"]
+    quiet = node[~np.isin(node, launching)]
+    assert quiet.size  # the trace has such nodes: the case is real
+    rows = _op_features(p, launching)["row"]
+    assert not np.isin(quiet, rows).all()
+    _same_features(p)
+    _attributions_equal(p, monkeypatch)
+
