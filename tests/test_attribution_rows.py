@@ -96,3 +96,34 @@ def test_a_node_op_that_launched_nothing_still_lifts_its_link(monkeypatch: pytes
     _same_features(p)
     _attributions_equal(p, monkeypatch)
 
+
+def _strings_of_features(p: Profile) -> dict[str, np.ndarray]:
+    """Each kernel's layer, launching op and source line as strings, from every op's features."""
+    f = _op_features(p)
+    op_row = p.tables["kernels"]["op_row"]
+    has = op_row >= 0
+    r = np.clip(op_row, 0, None)
+    names = p.names(f["name_id"])
+    strings = np.asarray([*p.strings, ""], dtype=object)
+    module = np.where(has, f["module"][r], -1)
+    top = np.where(has, f["top_op"][r], -1)
+    layer = np.where(module >= 0, strings[module], np.where(top >= 0, names[top], ""))
+    src = np.where(has, f["source"][r], -1)
+    return {"layer": layer, "op_name": np.where(has, names[r], ""), "source": np.where(src >= 0, strings[src], "")}
+
+
+@pytest.mark.parametrize("path", [GPT2, DEEPSPEECH, DATA / "h100_recorded" / "transformer_train_modules.json.gz"],
+                         ids=lambda x: x.parent.name)
+def test_the_columns_kept_as_codes_read_as_the_strings(path: Path) -> None:
+    p = read_kineto(path)
+    a = attribute(p)
+    assert not {"layer", "op_name", "source"} & set(vars(a))  # codes only, until read
+    assert a.known("source") and a.known("layer")
+    want = _strings_of_features(p)
+    for name, col in want.items():
+        got = getattr(a, name)
+        assert got.dtype == object and not got.flags.writeable
+        assert got.tolist() == col.tolist(), name
+        uniq, inv = a.codes(name)
+        ref_u, ref_inv = np.unique(col.astype(object), return_inverse=True)
+        assert uniq.tolist() == ref_u.tolist() and np.array_equal(inv, ref_inv.reshape(-1)), name

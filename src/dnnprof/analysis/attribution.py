@@ -34,6 +34,7 @@ from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
 
 PHASES = ("forward", "backward", "optimizer", "other")
+_CODED = ("layer", "op_name", "source")  # the object fields Attribution.of_codes keeps as codes
 MODULE_RANGE_PREFIX = "dnnprof.module:"
 _TORCH_MODULE_PREFIX = "nn.Module: "
 _STEP_PREFIXES = ("ProfilerStep#",)
@@ -47,7 +48,10 @@ _INPUT_COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten:
 
 @dataclass
 class Attribution:
-    """Per-row attribution of one GPU table (same length as the table)."""
+    """Per-row attribution of one GPU table (same length as the table).
+
+    :func:`attribute` keeps ``layer``, ``op_name`` and ``source`` as codes (:meth:`codes`): each object column is
+    built when first read (a big trace's kernels are millions of rows, and the analysis groups by the codes)."""
 
     layer: np.ndarray  # object array of str ("" when unattributed)
     phase: np.ndarray  # int8 index into PHASES
@@ -59,12 +63,35 @@ class Attribution:
     _codes: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, init=False, repr=False,
                                                               compare=False)
 
+    @classmethod
+    def of_codes(cls, phase: np.ndarray, level: str, codes: dict[str, tuple[np.ndarray, np.ndarray]]) -> Attribution:
+        """An attribution given as the codes of ``layer``, ``op_name`` and ``source`` (each ``(distinct values
+        sorted, each row's index)``, as :meth:`codes`); their object columns are built when first read."""
+        out = cls.__new__(cls)
+        out.phase, out.level, out._codes = phase, level, dict(codes)
+        return out
+
+    def __getattr__(self, name: str) -> np.ndarray:  # only for an attribute not set: a field kept as codes
+        kept = self.__dict__.get("_codes", {})
+        if name not in _CODED or name not in kept:
+            raise AttributeError(name)
+        uniq, inv = kept[name]
+        values = uniq[inv]
+        values.flags.writeable = False  # as keep_codes leaves a field: no write can leave the codes stale
+        setattr(self, name, values)
+        return values
+
+    def known(self, name: str) -> bool:
+        """Whether ``layer``, ``op_name`` or ``source`` has values (``source`` is None when not recorded), without
+        building its object column."""
+        return name in self._codes or getattr(self, name) is not None
+
     def codes(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """``np.unique(<field name>, return_inverse=True)`` of ``layer``, ``op_name`` or ``source``: the distinct
         values, sorted, and each row's index into them; computed once (:func:`attribute` fills them from the
         string ids it had, without sorting the rows)."""
         if name not in self._codes:
-            values = getattr(self, name)
+            values = getattr(self, name)  # a field kept as codes is in _codes: never built here
             values = np.empty(0, dtype=object) if values is None else values
             uniq, inv = np.unique(values, return_inverse=True)
             self.keep_codes(name, uniq, inv.reshape(-1))
@@ -81,6 +108,11 @@ class Attribution:
         """Which rows reached a layer (``layer != ""``), from the codes rather than a comparison of every string."""
         uniq, inv = self.codes("layer")
         return inv != (0 if uniq.size and uniq[0] == "" else -1)  # "" sorts first
+
+
+# A field's default stays in the generated __init__; without it on the class, an Attribution of codes reads its
+# source through __getattr__ (built from the codes) rather than as the class's None.
+del Attribution.source
 
 
 def inherit(own: np.ndarray, parent: np.ndarray, in_place: bool = False) -> np.ndarray:
@@ -479,27 +511,26 @@ def attribute(profile: Profile, table: str = "kernels") -> Attribution:
     if table != "ops" and "module_id" in t:  # work replayed from a CUDA graph carries the layer it was captured in
         module = np.where(t["module_id"] >= 0, t["module_id"], module)
     top = np.where(has_op, f["top_op"][r], -1)
-    strings = np.asarray([*profile.strings, ""], dtype=object)
-    layer = np.where(module >= 0, strings[np.where(module >= 0, module, -1)], "")
+    # Layers, ops and source lines as string ids (-1: ""), kept as codes: no object column of the rows' strings
     op_level = (module < 0) & (top >= 0)
-    layer[op_level] = profile.names(f["name_id"][top[op_level]])
     layer_id = np.where(module >= 0, module, -1)
     layer_id[op_level] = f["name_id"][top[op_level]]
+    del top
     phase = np.full(n, PHASES.index("forward"), dtype=np.int8)
     phase[has_op & f["backward"][r]] = PHASES.index("backward")
     phase[has_op & f["optimizer"][r]] = PHASES.index("optimizer")
     other = ~has_op | (has_op & f["dataloader"][r]) | (has_op & (module < 0) & f["input_copy"][r])
     phase[other] = PHASES.index("other")
-    op_name = np.where(has_op, profile.names(f["name_id"][r]), "")
-    src_id = np.where(has_op, f["source"][r], -1)
-    source = np.where(src_id >= 0, strings[np.where(src_id >= 0, src_id, -1)], "").astype(object)
+    del other
     dur = t["dur_ns"].astype(np.float64)
     total = dur.sum() or 1.0
     by_module = dur[module >= 0].sum() / total
     by_op = dur[has_op].sum() / total
+    del dur, module
     level = "module" if by_module >= 0.5 else ("op" if by_op >= 0.5 else "none")
-    out = Attribution(layer=layer.astype(object), phase=phase, op_name=op_name.astype(object), level=level,
-                      source=source)
-    out.keep_codes("layer", *unique_strings(layer_id, strings))  # from the ids: no sort of the rows' strings
-    out.keep_codes("source", *unique_strings(src_id, strings))
-    return out
+    strings = np.asarray([*profile.strings, ""], dtype=object)
+    codes = {"layer": unique_strings(layer_id, strings)}
+    del layer_id
+    codes["op_name"] = unique_strings(np.where(has_op, f["name_id"][r], -1), strings)
+    codes["source"] = unique_strings(np.where(has_op, f["source"][r], -1), strings)
+    return Attribution.of_codes(phase, level, codes)

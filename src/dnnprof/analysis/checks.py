@@ -231,7 +231,7 @@ def attribution_coverage(a: Analysis, doc: dict[str, Any]) -> Check:
     total = float(dur.sum())
     if total <= 0:
         return Check("attribution-coverage", True, "no kernel time to attribute", keys)
-    layered = 100.0 * float(dur[a.attribution.layered()[rows]].sum()) / total if a.attribution.layer.size else 0.0
+    layered = 100.0 * float(dur[a.attribution.layered()[rows]].sum()) / total if a.attribution.phase.size else 0.0
     op_row = k["op_row"][rows]
     ops = a.profile.tables["ops"]
     # A kernel launched straight under the step marker has no op to name it: that is no attribution failure.

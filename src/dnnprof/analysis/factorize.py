@@ -13,12 +13,13 @@ from dnnprof.model.mapped_columns import release_pages_of
 def unique_strings(ids: np.ndarray, lut: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(lut[ids], return_inverse=True)`` of string ids, in O(rows + strings) plus a sort of the
     distinct strings only. ``lut``: object array of str; an id of -1 stands for ``lut[-1]``. Equal strings under
-    different ids share one code, as ``np.unique`` would give them."""
+    different ids share one code, as ``np.unique`` would give them. The codes are 32-bit (``np.unique``'s are
+    64-bit): a big trace's kernels are millions of rows."""
     ids = np.asarray(ids, dtype=np.int64)
     at = np.where(ids < 0, len(lut) - 1, ids)
     present = np.flatnonzero(np.bincount(at, minlength=len(lut)))
     uniq, remap = np.unique(lut[present], return_inverse=True)
-    code_of = np.full(len(lut), -1, dtype=np.int64)
+    code_of = np.full(len(lut), -1, dtype=np.int32 if len(lut) <= 2**31 else np.int64)  # codes of kernels: 4 B
     code_of[present] = remap.reshape(-1)
     return uniq, code_of[at]
 

@@ -91,8 +91,8 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
     cfg_key = row_keys(config)
     occ = k["est_occupancy_pct"]  # float32, widened per kernel below (exactly)
     release_pages()  # the configuration columns' pages: read again at one row per kernel below
-    layers = attribution.codes("layer") if attribution.layer.size else None
-    sources = attribution.codes("source") if attribution.source is not None else None
+    layers = attribution.codes("layer") if attribution.phase.size else None
+    sources = attribution.codes("source") if attribution.known("source") else None
     out: list[KernelRow] = []
     for a, b, total in zip(starts.tolist(), ends.tolist(), totals.tolist(), strict=True):
         rows = rows_s[a:b]
