@@ -46,6 +46,21 @@ def test_runs_out_of_order_are_sorted_as_before(seed: int) -> None:
     assert [a.tolist() for a in merge_runs([(s, e) for s, e, _ in runs])] == [a.tolist() for a in merge(*cat)]
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_interleave_consuming_its_runs_gives_the_same_columns(seed: int) -> None:
+    rng = np.random.default_rng(200 + seed)
+    runs = _runs(rng, sorted_runs=True)
+    want = interleave(runs)
+    given = list(runs)
+    got = interleave(given, consume=True)
+    assert given == []  # the caller's list is emptied: the columns are freed as they are merged
+    assert want is not None and got is not None and [c.tolist() for c in got] == [c.tolist() for c in want]
+    unsorted = _runs(np.random.default_rng(seed), sorted_runs=False)
+    if any(r[0].size > 1 and (np.diff(r[0]) < 0).any() for r in unsorted):
+        kept = list(unsorted)
+        assert interleave(kept, consume=True) is None and len(kept) == len(unsorted)  # left for the sort
+
+
 def test_interleave_widens_as_concatenate_does() -> None:
     got = interleave([(np.array([1, 5], dtype=np.int32),), (np.array([2**40], dtype=np.int64),)])
     assert got is not None and got[0].dtype == np.int64 and got[0].tolist() == [1, 5, 2**40]
@@ -77,6 +92,33 @@ def test_gpu_activity_on_recorded_traces_is_the_sorted_concatenation(path) -> No
     got = gpu_activity(p, 0, device)
     assert [c.tolist() for c in got] == _by_sort(p, 0, device)
     assert all(c.dtype == np.int64 for c in got)
+
+
+def test_gpu_activity_of_one_rank_among_two() -> None:
+    """Rows of another rank among the kernels: the rank's rows are picked (an index column), not every row."""
+    p = read_kineto(DEEPSPEECH)
+    device = primary_device(p)
+    k = p.tables["kernels"]
+    k["rank"] = np.where(np.arange(k["rank"].size) % 3 == 0, 1, k["rank"]).astype(k["rank"].dtype)
+    got = gpu_activity(p, 0, device)
+    assert [c.tolist() for c in got] == _by_sort(p, 0, device)
+    other = gpu_activity(p, 1, device)
+    assert [c.tolist() for c in other] == _by_sort(p, 1, device)
+    assert other[0].size == (k["rank"] == 1).sum() and got[0].size + other[0].size == sum(
+        p.rows(t) for t in ("kernels", "memcpy", "memset"))
+
+
+def test_gpu_activity_of_every_row_is_a_copy() -> None:
+    """Every row of the table is the rank's: the columns are copies, never views a caller could write through."""
+    p = read_kineto(GPT2)
+    device = primary_device(p)
+    start = p.tables["kernels"]["start_ns"].copy()
+    p.tables["memcpy"] = {c: v[:0] for c, v in p.tables["memcpy"].items()}
+    p.tables["memset"] = {c: v[:0] for c, v in p.tables["memset"].items()}
+    got = gpu_activity(p, 0, device)
+    assert got[0].tolist() == start.tolist()
+    got[0][:] = -5
+    assert p.tables["kernels"]["start_ns"].tolist() == start.tolist()
 
 
 def test_gpu_activity_with_kernels_out_of_order() -> None:

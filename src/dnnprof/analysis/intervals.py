@@ -38,11 +38,14 @@ def merge_runs(runs: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarra
     return merge(together[0], together[1])
 
 
-def interleave(runs: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray] | None:
+def interleave(runs: Sequence[Sequence[np.ndarray]], consume: bool = False) -> list[np.ndarray] | None:
     """The columns of several runs of rows put in order of the first column, as a stable sort of their
     concatenation orders them (ties: the earlier run's rows first, each run's in its order); None when a run is not
     in order of its first column. Each later run is inserted into the rows before it: besides the columns, the
-    memory is one column at a time, not an order of every row."""
+    memory is one column at a time, not an order of every row.
+
+    ``consume``: ``runs`` is a list the caller gives up (emptied here, once the runs are found in order), so that
+    each column is freed as soon as its rows are merged, not held to the end."""
     for cols in runs:
         key = cols[0]
         if key.size > 1 and not bool((key[1:] >= key[:-1]).all()):
@@ -50,13 +53,18 @@ def interleave(runs: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray] | None:
     if not runs:
         return []
     dtypes = [np.result_type(*(cols[i] for cols in runs)) for i in range(len(runs[0]))]  # as concatenate's
-    out = [np.asarray(c, dtype=d) for c, d in zip(runs[0], dtypes, strict=True)]
-    for cols in runs[1:]:
+    rest = list(runs)
+    if consume:
+        runs.clear()  # type: ignore[attr-defined]
+    out = [np.asarray(c, dtype=d) for c, d in zip(rest.pop(0), dtypes, strict=True)]
+    while rest:
+        cols = list(rest.pop(0))
         if cols[0].size == 0:
             continue
         at = np.searchsorted(out[0], cols[0], side="right")  # after the equal keys of the rows before
-        for i, c in enumerate(cols):
-            out[i] = np.insert(out[i], at, c)
+        for i in range(len(cols)):
+            out[i] = np.insert(out[i], at, cols[i])
+            cols[i] = None  # type: ignore[call-overload]
     return out
 
 

@@ -105,15 +105,18 @@ def primary_device(profile: Profile, rank: int = 0) -> int:
     return int(np.argmax(totals) + dev.min())
 
 
-def collective_mask(profile: Profile, rows: np.ndarray) -> np.ndarray:
+def collective_mask(profile: Profile, rows: np.ndarray | slice) -> np.ndarray:
     """Which of these kernel rows are collectives (NCCL, by ``kernel_names.family``); one lookup per name."""
     ids = profile.tables["kernels"]["name_id"][rows]
     return profile.names_where(ids, lambda s: family(s) == "nccl")  # no sort of the ids: one test per name
 
 
-def _gpu_rows(profile: Profile, table: str, rank: int, device: int) -> np.ndarray:
+def _gpu_rows(profile: Profile, table: str, rank: int, device: int) -> np.ndarray | slice:
+    """The table's rows of the rank's device: ``slice(None)`` when every row is (one GPU's trace), so that no column
+    of their indexes is made and the columns are read as they are."""
     t = profile.tables[table]
-    return np.flatnonzero((t["rank"] == rank) & (t["device"] == device))
+    mine = (t["rank"] == rank) & (t["device"] == device)
+    return slice(None) if mine.all() else np.flatnonzero(mine)
 
 
 def gpu_activity(profile: Profile, rank: int, device: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -130,12 +133,12 @@ def gpu_activity(profile: Profile, rank: int, device: int) -> tuple[np.ndarray, 
     for table in ("kernels", "memcpy", "memset"):
         t = profile.tables[table]
         rows = _gpu_rows(profile, table, rank, device)
-        s = t["start_ns"][rows].astype(np.int64, copy=False)
+        s = t["start_ns"][rows].astype(np.int64, copy=isinstance(rows, slice))  # the column's own, never a view
         e = s + t["dur_ns"][rows]
         runs.append((s, e.astype(np.int64, copy=False), _launch_times(rt_start, t["launch_row"][rows])))
         del rows, s, e
         release_pages()  # launches spread over the runtime table touch most of its start column: one table at a time
-    together = interleave(runs)
+    together = interleave(runs, consume=True)
     if together is not None:
         del runs
         return together[0], together[1], together[2]
@@ -174,7 +177,7 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
     if all_s.size == 0:
         return Utilization(device, [], True, host_ns=_host_span_ns(profile, rank))
 
-    def part(table: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def part(table: str, rows: np.ndarray | slice | None = None) -> tuple[np.ndarray, np.ndarray]:
         t = profile.tables[table]
         rows = _gpu_rows(profile, table, rank, device) if rows is None else rows
         s = t["start_ns"][rows]
