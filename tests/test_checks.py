@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from conftest import DEEPSPEECH, GPT2
 from dnnprof.analysis.checks import (
     attribution_coverage,
     phases_sum,
@@ -237,3 +238,32 @@ def test_sm_active_above_busy_breaks_busy_vs_nvml(tmp_path: Path) -> None:
     p.tables["kernels"] = {col: v[keep] for col, v in k.items()}
     c = _checks(_doc(analyse(p)))["busy-vs-nvml"]
     assert not c["ok"] and "GPM SM active 90.0%" in c["detail"] and "SM active exceeds busy" in c["detail"]
+
+
+def _per_step_phase_reference(a: Analysis) -> tuple[list[int], list[list[float]]]:
+    """Each step's kernel time per phase over every kernel of the rank at once (as the check first did)."""
+    from dnnprof.analysis.attribution import PHASES
+
+    k = a.profile.tables["kernels"]
+    rows = np.flatnonzero(k["rank"] == a.rank)
+    steps = k["step"][rows]
+    inside = steps >= 0
+    uniq, inv = np.unique(steps[inside], return_inverse=True)
+    dur = k["dur_ns"][rows][inside].astype(np.float64)
+    ph = a.attribution.phase[rows][inside]
+    cols = [np.bincount(inv, weights=np.where(ph == i, dur, 0.0), minlength=uniq.size) for i in range(len(PHASES))]
+    return uniq.tolist(), np.stack(cols, axis=1).tolist() if uniq.size else []
+
+
+@pytest.mark.parametrize("block", [1, 7, 1 << 20])
+def test_kernel_time_per_step_and_phase_a_block_at_a_time(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dnnprof.analysis import checks
+
+    monkeypatch.setattr(checks, "_BLOCK_ROWS", block)
+    for path in (DEEPSPEECH, GPT2):
+        a = analyse(read_kineto(path))
+        k = a.profile.tables["kernels"]
+        k["rank"] = np.where(np.arange(k["rank"].size) % 5 == 0, 1, k["rank"]).astype(k["rank"].dtype)  # not ours
+        uniq, table = checks._kernel_ns_per_step_and_phase(a)
+        want = _per_step_phase_reference(a)
+        assert (uniq.tolist(), table.tolist()) == want and want[0]
