@@ -170,6 +170,15 @@ def test_small_grid_on_deepspeech_rnn(deepspeech: Any, gpt2: Any) -> None:
     assert "small-grid" not in found(gpt2)
 
 
+@pytest.mark.parametrize("block", [1, 7, 1000])
+def test_small_grid_a_block_of_kernels_at_a_time(block: int, deepspeech: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = found(deepspeech)["small-grid"]
+    monkeypatch.setattr(kernels, "_BLOCK_ROWS", block)
+    f = found(deepspeech)["small-grid"]
+    assert f is not whole and f["evidence"] == whole["evidence"] and f["title"] == whole["title"]
+    assert f["est_gain_pct"] == pytest.approx(whole["est_gain_pct"], rel=1e-12)
+
+
 def test_optimizer_not_fused_on_foreach_adamw(gpt2: Any, deepspeech: Any) -> None:
     f = found(gpt2)["optimizer-not-fused"]
     n = sum("multi_tensor_apply" in e["name"] for e in raw_kernels(GPT2))

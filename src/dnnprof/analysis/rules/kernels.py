@@ -13,6 +13,7 @@ from dnnprof.analysis.kernel_summary import KernelRow
 from dnnprof.analysis.rules.base import Finding, pct, rule, us
 from dnnprof.analysis.rules.context import Context
 from dnnprof.analysis.rules.precision import TC_FAMILIES
+from dnnprof.model.mapped_columns import release_pages_of
 from dnnprof.model.units import ns_brief_text
 
 #: ``low-occupancy``: kernels below this theoretical occupancy ...
@@ -146,6 +147,17 @@ def low_occupancy(ctx: Context) -> Finding | None:
     )
 
 
+
+def _blocks(k: dict[str, np.ndarray], lo: int, hi: int | None, rows: np.ndarray) -> np.ndarray:
+    """Thread blocks of the launches at ``rows`` of kernel rows [lo, hi): grid x × y × z (a 0 y or z counts as 1)."""
+    return (k["grid_x"][lo:hi][rows].astype(np.int64) * np.maximum(k["grid_y"][lo:hi][rows], 1)
+            * np.maximum(k["grid_z"][lo:hi][rows], 1))
+
+
+#: Kernels a rule reads at once.
+_BLOCK_ROWS = 1 << 20
+
+
 @rule("small-grid", group="kernels")
 def small_grid(ctx: Context) -> Finding | None:
     """Kernels launched with fewer blocks than the GPU has SMs.
@@ -161,30 +173,34 @@ def small_grid(ctx: Context) -> Finding | None:
     if not sms:
         return None
     k = ctx.profile.tables["kernels"]
-    sel = np.flatnonzero((k["rank"] == ctx.rank) & ((k["step"] >= 0) if ctx.has_steps else True))
-    blocks = (k["grid_x"][sel].astype(np.int64) * np.maximum(k["grid_y"][sel], 1) * np.maximum(k["grid_z"][sel], 1))
     # Collectives (NCCL) run on a few channels by design and spend their time on links or waiting for other ranks:
     # more blocks would not help them (communication-exposed, rank-straggler speak for them).
     nccl = np.zeros(k["dur_ns"].size, dtype=bool)
     for r in ctx.kernels:
         if r.family == "nccl":
             nccl[r.rows] = True
-    small = (blocks > 0) & (blocks < sms) & ~nccl[sel]
-    d = k["dur_ns"][sel].astype(np.float64)
-    t = float(d[small].sum())
-    waste = float((d[small] * (1.0 - blocks[small] / sms)).sum())
+    is_small = np.zeros(k["dur_ns"].size, dtype=bool)
+    t = waste = 0.0
+    for lo in range(0, k["dur_ns"].size, _BLOCK_ROWS):  # a big trace's kernels are millions: a block at a time
+        hi = lo + _BLOCK_ROWS
+        sel = np.flatnonzero((k["rank"][lo:hi] == ctx.rank) & ((k["step"][lo:hi] >= 0) if ctx.has_steps else True))
+        blocks = _blocks(k, lo, hi, sel)
+        small = (blocks > 0) & (blocks < sms) & ~nccl[lo:hi][sel]
+        d = k["dur_ns"][lo:hi][sel][small].astype(np.float64)
+        t += float(d.sum())
+        waste += float((d * (1.0 - blocks[small] / sms)).sum())
+        is_small[lo + sel[small]] = True
+        release_pages_of(*(k[c] for c in ("rank", "step", "dur_ns", "grid_x", "grid_y", "grid_z")))
     if not ctx.kernel_ns or pct(t, ctx.kernel_ns) < SMALL_GRID_MIN_KERNEL_PCT \
             or pct(waste, ctx.kernel_ns) < SMALL_GRID_MIN_WASTE_PCT:
         return None
-    is_small = np.zeros(k["dur_ns"].size, dtype=bool)
-    is_small[sel[small]] = True
     per_kernel = []
     for r in ctx.kernels:
         mine = r.rows[is_small[r.rows]]
         if not mine.size:
             continue
         dm = k["dur_ns"][mine].astype(np.float64)
-        bm = (k["grid_x"][mine].astype(np.int64) * np.maximum(k["grid_y"][mine], 1) * np.maximum(k["grid_z"][mine], 1))
+        bm = _blocks(k, 0, None, mine)
         per_kernel.append((float((dm * (1.0 - bm / sms)).sum()), r, int(np.median(bm))))
     per_kernel.sort(key=lambda x: -x[0])
     top = [ctx.kernel_offender(r, {"blocks": b, "sm_count": sms, "empty_sm_time_us": us(w)})
