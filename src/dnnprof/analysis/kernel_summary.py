@@ -9,7 +9,7 @@ import numpy as np
 from dnnprof.analysis.attribution import PHASES, Attribution
 from dnnprof.analysis.factorize import row_keys
 from dnnprof.analysis.kernel_names import family, precision, short_name, uses_tensor_cores
-from dnnprof.model.mapped_columns import release_pages
+from dnnprof.model.mapped_columns import release_pages, release_pages_of
 from dnnprof.model.profile import Profile
 
 
@@ -53,10 +53,11 @@ def _dominant_code(uniq: np.ndarray, codes: np.ndarray, weights: np.ndarray) -> 
     return uniq[present[int(np.argmax(np.bincount(inv, weights=weights)))]]
 
 
-def _dominant_config_position(cfg_key: np.ndarray, rows: np.ndarray, d: np.ndarray) -> int:
-    """The position in ``rows`` of a launch of the configuration with the most time (``cfg_key``: :func:`row_keys`
-    of the launch configuration's columns; ties: the configuration of the smallest key)."""
-    _, first, inv = np.unique(cfg_key[rows], return_index=True, return_inverse=True)
+def _dominant_config_position(config: list[np.ndarray], rows: np.ndarray, d: np.ndarray) -> int:
+    """The position in ``rows`` of a launch of the configuration with the most time (``config``: the launch
+    configuration's columns; ties: the configuration first in the columns' order, as :func:`row_keys` orders its
+    keys). The keys are made for these rows only: a big trace's kernels are millions, one name's far fewer."""
+    _, first, inv = np.unique(row_keys([c[rows] for c in config]), return_index=True, return_inverse=True)
     return int(first[int(np.argmax(np.bincount(inv.reshape(-1), weights=d)))])
 
 
@@ -88,9 +89,7 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
     # the table's own columns, read at one row per kernel: no copy of eight columns stacked
     config = [k[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
                              "shared_memory_bytes")]
-    cfg_key = row_keys(config)
     occ = k["est_occupancy_pct"]  # float32, widened per kernel below (exactly)
-    release_pages()  # the configuration columns' pages: read again at one row per kernel below
     layers = attribution.codes("layer") if attribution.phase.size else None
     sources = attribution.codes("source") if attribution.known("source") else None
     out: list[KernelRow] = []
@@ -98,7 +97,7 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
         rows = rows_s[a:b]
         d = dur_s[a:b].astype(np.float64)
         name = profile.strings[int(ids_s[a])]
-        best = rows[_dominant_config_position(cfg_key, rows, d)]  # a launch of the dominant configuration
+        best = rows[_dominant_config_position(config, rows, d)]  # a launch of the dominant configuration
         o = occ[rows].astype(np.float64)
         ok = ~np.isnan(o)
         out.append(KernelRow(
@@ -115,6 +114,7 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
             source=str(_dominant_code(sources[0], sources[1][rows], d)) if sources is not None and rows.size else "",
             **_occupancy_fields(occupancy, rows, d, best),
         ))
+        release_pages_of(*config, occ)  # a big trace's mapped columns: one kernel's pages at a time
     # ties by name: the same order however the profile numbered its strings (one rank alone, or merged after others)
     out.sort(key=lambda r: (-r.total_ns, r.name))
     return out
