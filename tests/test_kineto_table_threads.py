@@ -74,3 +74,14 @@ def test_an_error_in_a_fill_thread_reaches_the_caller(trace: Path, monkeypatch: 
     with pytest.raises(ArithmeticError, match="boom in dnnprof-fill"):
         kineto._read_profile(trace, None, spill_min_bytes=0, workers=2)
     assert not [t for t in threading.enumerate() if t.name.startswith("dnnprof-fill")]  # none left running
+
+
+@pytest.mark.parametrize("block", [1, 2, 1 << 20])
+def test_activities_linked_to_their_launches_a_block_at_a_time(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kineto_tables, "_BLOCK_ROWS", block)
+    runtime = {"correlation": np.array([5, 3, 9, -1]), "op_row": np.array([10, 11, 12, 13], dtype=np.int32)}
+    gpu = {"correlation": np.array([3, 4, 9, -1, 5, 3, 100]), "launch_row": np.zeros(7, dtype=np.int32),
+           "op_row": np.zeros(7, dtype=np.int32)}
+    kineto_tables.link_by_correlation(gpu, runtime)
+    assert gpu["launch_row"].tolist() == [1, -1, 2, -1, 0, 1, -1]  # no call of that id, or a negative id: none
+    assert gpu["op_row"].tolist() == [11, -1, 12, -1, 10, 11, -1]

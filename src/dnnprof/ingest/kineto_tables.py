@@ -640,10 +640,16 @@ def link_by_correlation(gpu: dict[str, np.ndarray], runtime: dict[str, np.ndarra
         gpu["op_row"][:] = -1
         return
     order, sc = correlation_index(runtime) if index is None else index
-    i = np.clip(np.searchsorted(sc, gpu["correlation"]), 0, sc.size - 1)
-    hit = (sc[i] == gpu["correlation"]) & (gpu["correlation"] >= 0)
-    gpu["launch_row"][:] = np.where(hit, order[i], -1)
-    gpu["op_row"][:] = np.where(hit, runtime["op_row"][np.clip(gpu["launch_row"], 0, None)], -1)
+    for a in range(0, gpu["correlation"].size, _BLOCK_ROWS):  # a big trace's activities: a block's temporaries
+        b = a + _BLOCK_ROWS
+        c = gpu["correlation"][a:b]
+        i = np.clip(np.searchsorted(sc, c), 0, sc.size - 1)
+        hit = (sc[i] == c) & (c >= 0)
+        launch = gpu["launch_row"][a:b]
+        launch[:] = np.where(hit, order[i], -1)
+        gpu["op_row"][a:b] = np.where(hit, runtime["op_row"][np.clip(launch, 0, None)], -1)
+        # the mapped columns' pages: the runtime's op rows are read all over, the activities' in order
+        release_pages_of(gpu["correlation"], gpu["launch_row"], gpu["op_row"], runtime["op_row"])
 
 
 def fwdbwd(ops: dict[str, np.ndarray], flows: FlowPoints) -> None:
