@@ -49,8 +49,15 @@ def _dominant(keys: np.ndarray, weights: np.ndarray) -> object:
 def _dominant_code(uniq: np.ndarray, codes: np.ndarray, weights: np.ndarray) -> object:
     """``_dominant(uniq[codes], weights)`` for codes into sorted distinct values (``Attribution.codes``): the
     same answer, ties included, from a sort of small integers instead of strings."""
-    present, inv = np.unique(codes, return_inverse=True)
-    return uniq[present[int(np.argmax(np.bincount(inv, weights=weights)))]]
+    return uniq[_dominant_index(codes, weights)]
+
+
+def _dominant_index(codes: np.ndarray, weights: np.ndarray) -> int:
+    """The non-negative integer code with the most weight (ties: the smallest code present), by a count over the
+    codes' range rather than a sort of them (one kernel name's launches can be millions)."""
+    w = np.bincount(codes, weights=weights)
+    best = int(np.argmax(w))
+    return best if w[best] > 0 else int(codes.min())  # no weight at all: every code present ties
 
 
 def _dominant_config_position(config: list[np.ndarray], rows: np.ndarray, d: np.ndarray) -> int:
@@ -105,7 +112,7 @@ def kernel_summary(profile: Profile, attribution: Attribution, rank: int | None 
             precision=precision(name), calls=int(b - a), total_ns=int(total), pct=100.0 * total / grand,
             mean_ns=float(total) / (b - a), min_ns=int(dur_s[a]), max_ns=int(dur_s[b - 1]),
             layer=str(_dominant_code(layers[0], layers[1][rows], d)) if layers is not None else "",
-            phase=PHASES[int(_dominant(attribution.phase[rows], d))] if attribution.phase.size else "other",
+            phase=PHASES[_dominant_index(attribution.phase[rows], d)] if attribution.phase.size else "other",
             grid=[int(c[best]) for c in config[0:3]], block=[int(c[best]) for c in config[3:6]],
             registers_per_thread=int(config[6][best]), shared_memory_bytes=int(config[7][best]),
             est_achieved_occupancy_pct=float(np.average(o[ok], weights=d[ok])) if ok.any() and d[ok].sum() > 0
