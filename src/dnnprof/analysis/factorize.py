@@ -5,6 +5,8 @@ rest of the grouping. Both helpers give exactly what ``np.unique`` would, so res
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from dnnprof.model.mapped_columns import release_pages_of
@@ -24,17 +26,20 @@ def unique_strings(ids: np.ndarray, lut: np.ndarray) -> tuple[np.ndarray, np.nda
     return uniq, code_of[at]
 
 
-def row_keys(columns: list[np.ndarray]) -> np.ndarray:
+def row_keys(columns: Iterable[np.ndarray]) -> np.ndarray:
     """One int64 per row, equal for two rows exactly when every column is equal (a mixed-radix number of the
-    columns' offsets from their minimum; when the radix would overflow, the key so far is renumbered densely)."""
-    n = columns[0].size if columns else 0
-    key = np.zeros(n, dtype=np.int64)
-    if n == 0:
-        return key
+    columns' offsets from their minimum; when the radix would overflow, the key so far is renumbered densely).
+    Keys order rows as their columns do, the first column first. ``columns`` is read once, in order: a generator
+    can make each column as it is needed."""
+    key = np.zeros(0, dtype=np.int64)
     span = 1
-    for col in columns:
+    for i, col in enumerate(columns):
         c = np.asarray(col).astype(np.int64)  # a copy, made relative in place: one temporary of the rows' length
         release_pages_of(col)  # a big trace's mapped column: its pages, once copied
+        if i == 0:
+            key = np.zeros(c.size, dtype=np.int64)
+        if c.size == 0:
+            continue
         lo = int(c.min())
         radix = int(c.max()) - lo + 1
         if radix == 1:  # a constant column (block_z, grid_z): nothing to tell rows apart

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +65,12 @@ def _dominant_config_position(config: list[np.ndarray], rows: np.ndarray, d: np.
     """The position in ``rows`` of a launch of the configuration with the most time (``config``: the launch
     configuration's columns; ties: the configuration first in the columns' order, as :func:`row_keys` orders its
     keys). The keys are made for these rows only: a big trace's kernels are millions, one name's far fewer."""
-    _, first, inv = np.unique(row_keys([c[rows] for c in config]), return_index=True, return_inverse=True)
+    def gathered() -> Iterator[np.ndarray]:  # a column at a time, its mapped pages given back once copied
+        for c in config:
+            yield c[rows]
+            release_pages_of(c)
+
+    _, first, inv = np.unique(row_keys(gathered()), return_index=True, return_inverse=True)
     return int(first[int(np.argmax(np.bincount(inv.reshape(-1), weights=d)))])
 
 
