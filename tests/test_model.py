@@ -60,3 +60,20 @@ def test_load_errors(tmp_path: Path) -> None:
 def test_schema_doc_is_current() -> None:
     doc = Path(__file__).parents[1] / "docs" / "profile-schema.md"
     assert doc.read_text() == schema_markdown(), "regenerate: python -m dnnprof.model.schema > docs/profile-schema.md"
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 1 << 20])
+def test_self_check_reads_a_block_of_rows_at_a_time(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dnnprof.model import profile as mod
+
+    monkeypatch.setattr(mod, "_CHECK_ROWS", block)
+    for n in range(0, 9):
+        up = np.arange(n)
+        assert mod._in_order(up)
+        for i in range(1, n):  # one step down anywhere, block boundaries included
+            down = up.copy()
+            down[i] = down[i - 1] - 1
+            assert not mod._in_order(down), (n, i)
+    col = np.array([3, -1, 3, 7, 0, -1, 7, 2])
+    assert mod._distinct(col).tolist() == np.unique(col).tolist()
+    assert mod._distinct(col[:0]).size == 0

@@ -184,13 +184,13 @@ class Profile:
                     release_pages()
             ordered = {"kernels": "start_ns", "memcpy": "start_ns", "memset": "start_ns", "ops": "start_ns",
                        "runtime": "start_ns", "memory_events": "ts_ns"}.get(name)
-            if ordered and t[ordered].size > 1 and np.any(np.diff(t[ordered]) < 0):
+            if ordered and not _in_order(t[ordered]):
                 problems.append(f"{name}: rows are not ordered by {ordered}")
             release_pages()
         steps = self.tables["steps"]
         if steps["number"].size:
             for name in ("kernels", "memcpy", "memset", "ops", "runtime", "memory_events"):
-                unknown = np.setdiff1d(np.unique(self.tables[name]["step"]), np.append(steps["number"], -1))
+                unknown = np.setdiff1d(_distinct(self.tables[name]["step"]), np.append(steps["number"], -1))
                 if unknown.size:
                     problems.append(f"{name}: step numbers {unknown[:5].tolist()} are not in `steps`")
                 release_pages()
@@ -388,3 +388,23 @@ def concat_tables(parts: Iterable[Table]) -> Table:
     """Row-wise concatenation of tables with the same columns."""
     parts = list(parts)
     return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+
+
+def _in_order(column: np.ndarray) -> bool:
+    """Whether the column never decreases, a block of rows at a time (a big trace's columns are tens of millions
+    of rows: no difference of every row at once)."""
+    for a in range(0, column.size - 1, _CHECK_ROWS):
+        block = column[a:a + _CHECK_ROWS + 1]  # one row of overlap: the step between blocks is checked too
+        if bool((block[1:] < block[:-1]).any()):
+            return False
+    return True
+
+
+def _distinct(column: np.ndarray) -> np.ndarray:
+    """``np.unique(column)``, a block of rows at a time."""
+    parts = [np.unique(column[a:a + _CHECK_ROWS]) for a in range(0, column.size, _CHECK_ROWS)]
+    return np.unique(np.concatenate(parts)) if parts else np.unique(column)
+
+
+#: Rows a consistency check reads at once.
+_CHECK_ROWS = 1 << 20
