@@ -503,8 +503,13 @@ class EventColumns:
         # A stable sort by (ts, -dur) from category-then-file order: parents (longer) before children that start
         # together. (The previous reader concatenated categories in frozenset order, which varied between runs
         # when two ops of different categories tied on both; none of the recorded traces has such a tie.)
-        order = np.argsort(-cols["dur"], kind="stable")
-        order = order[np.argsort(cols["ts"][order], kind="stable")]
+        # Rows as 32-bit positions between the two sorts: a big trace's ops are tens of millions (8 B a row less).
+        order = np.argsort(np.negative(cols["dur"]), kind="stable")
+        if order.size < 2**31:
+            order = order.astype(np.int32)
+        by_start = np.argsort(cols["ts"][order], kind="stable")
+        order = order[by_start]
+        del by_start
         self._collective_rows["ops"] = self.collectives.rows_of(counts, order)
         t = self._start("ops", cols, order, rank)
         cats = np.concatenate([np.full(n, OP_CATEGORIES.index(c), dtype=np.int8) for c, n in counts])
