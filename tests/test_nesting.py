@@ -242,3 +242,15 @@ def test_cost_does_not_grow_with_the_number_of_threads() -> None:
     for name, t in (("one", one), ("trees", trees), ("alone", alone)):
         times[name] = _best_s(lambda t=t: (nest(t), innermost_enclosing(t, t["tid"], t["start_ns"] + 1)))
     assert max(times["trees"], times["alone"]) < 5 * times["one"] + 0.05, times
+
+
+@pytest.mark.parametrize("block", [1, 2, 5, 1 << 20])
+def test_distinct_a_block_at_a_time_is_np_unique(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dnnprof.ingest import nesting
+
+    monkeypatch.setattr(nesting, "_DISTINCT_ROWS", block)
+    rng = np.random.default_rng(block)
+    for n in (0, 1, 2, 9, 300):
+        a = rng.integers(-5, 5, n)
+        assert nesting.distinct(a).tolist() == np.unique(a).tolist()
+        assert nesting.distinct(np.sort(a)).tolist() == np.unique(a).tolist()

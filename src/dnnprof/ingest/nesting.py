@@ -44,6 +44,7 @@ def nest(t: dict[str, np.ndarray]) -> None:
     rows32 = np.int32 if n < 2**31 else np.int64
     order = np.argsort(t["tid"], kind="stable").astype(rows32)  # rows grouped by thread, in row order within one
     threads = distinct(t["tid"])
+    release_pages_of(t["tid"])  # a big trace's mapped columns: read whole, then a block's rows at a time
     depth = np.empty(n, dtype=rows32)  # by row; the table's column is narrower
     blocks = _blocks(t, order, threads, _NEST_ROWS)
     for a, b in zip(blocks[:-1].tolist(), blocks[1:].tolist(), strict=True):
@@ -58,6 +59,7 @@ def nest(t: dict[str, np.ndarray]) -> None:
         release_pages()
     del order
     _uncross(t, depth)
+    release_pages()
     t["depth"][:] = depth
 
 
@@ -90,6 +92,7 @@ def _blocks(t: dict[str, np.ndarray], order: np.ndarray, threads: np.ndarray, ro
         if (e < s).any():  # a negative duration, or an end beyond int64
             return whole
         hi = max(hi, int(e.max()))
+        release_pages_of(start, dur)  # a big trace's mapped columns: a block's pages at a time
     lo = int(start.min())
     span = hi - lo + 1
     if threads.size * span >= 2**62:
@@ -106,6 +109,7 @@ def _blocks(t: dict[str, np.ndarray], order: np.ndarray, threads: np.ndarray, ro
         free = np.flatnonzero(base + (s - lo) >= before) + a  # an earlier thread's keys all lie below these starts
         latest = max(latest, int(reach[-1]))
         del s, e, thread, base, reach, before
+        release_pages_of(start, dur, t["tid"])
         stretch = free // rows
         first = np.flatnonzero(np.diff(stretch, prepend=bucket))  # the first free position of each new stretch
         cuts += free[first].tolist()
@@ -133,6 +137,7 @@ def _uncross(t: dict[str, np.ndarray], depth: np.ndarray) -> None:
         p = parent[a:a + _NEST_ROWS]
         e = start[a:a + _NEST_ROWS] + dur[a:a + _NEST_ROWS]
         found.append(np.flatnonzero((p >= 0) & (e > end(np.maximum(p, 0)) + CROSSING_TOLERANCE_NS)) + a)
+        release_pages_of(parent, start, dur)  # a big trace's mapped columns: a block's pages at a time
     crossing = np.concatenate(found)
     if crossing.size == 0:
         return
@@ -319,6 +324,7 @@ def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarr
         o = order[lo:lo + _QUERY_ROWS]
         op_key[lo:lo + o.size] = np.searchsorted(threads, ops["tid"][o]).astype(np.int64) * width \
             + start_pos(starts[o])
+        release_pages_of(starts, ops["tid"])  # a big trace's mapped columns: a block's pages at a time
     release_pages()  # a big trace's mapped columns: the queries read a few rows of each
 
     def block(lo: int, hi: int, threaded: bool) -> None:
@@ -341,7 +347,7 @@ def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarr
 
 
 #: Times looked up at once by :func:`innermost_enclosing` (a dozen temporaries of this many rows).
-_QUERY_ROWS = 1 << 20
+_QUERY_ROWS = 1 << 17
 #: The same, per thread, when several threads look them up (few temporaries each: see kineto_tables' blocks).
 _POOL_QUERY_ROWS = 1 << 14
 
@@ -375,6 +381,19 @@ def _innermost(tid: np.ndarray, t: np.ndarray, threads: np.ndarray, time_pos: Ca
 
 def distinct(a: np.ndarray) -> np.ndarray:
     """Sorted distinct values: np.unique without its first-call import of numpy.ma (~20 ms), and without a sort of
-    values already in order (a reader's ops, by start)."""
+    values already in order (a reader's ops, by start). A big column goes a block at a time: no sorted copy of it
+    (a trace's thread ids: tens of millions of rows, a few distinct values)."""
+    if a.size > _DISTINCT_ROWS:
+        parts = [_distinct(a[i:i + _DISTINCT_ROWS]) for i in range(0, a.size, _DISTINCT_ROWS)]
+        release_pages_of(a)
+        return _distinct(np.concatenate(parts))
+    return _distinct(a)
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
     v = a if bool((a[1:] >= a[:-1]).all()) else np.sort(a)
     return v[np.concatenate(([True], v[1:] != v[:-1]))] if v.size else v
+
+
+#: Rows :func:`distinct` sorts at once.
+_DISTINCT_ROWS = 1 << 20
