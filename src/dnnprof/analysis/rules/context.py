@@ -95,6 +95,7 @@ class Context:
             return 0
         k = self.profile.tables["kernels"]
         idx = np.concatenate([r.rows for r in rows])
+        idx.sort()  # in row order: a reader's kernels are in order of start, so the union needs no sort of its own
         if self.has_steps:
             idx = idx[k["step"][idx] >= 0]
         start = k["start_ns"][idx].astype(np.int64)
