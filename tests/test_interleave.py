@@ -147,3 +147,34 @@ def test_launch_times_a_block_at_a_time(block: int, monkeypatch: pytest.MonkeyPa
     want = np.where(lr >= 0, rt_start[np.clip(lr, 0, None)], -1)
     assert (lr >= 0).any() and mod._launch_times(rt_start, lr).tolist() == want.tolist()
     assert mod._launch_times(np.empty(0, np.int64), np.array([-1, 3])).tolist() == [-1, -1]
+
+
+def _merge_by_positions(s: np.ndarray, e: np.ndarray) -> tuple[list[int], list[int]]:
+    """The union as first written: a stable sort, then the positions of each new interval."""
+    order = np.argsort(s, kind="stable")
+    s, e = s[order].astype(np.int64), e[order].astype(np.int64)
+    run_end = np.maximum.accumulate(e)
+    idx = np.flatnonzero(np.concatenate([[True], s[1:] > run_end[:-1]]))
+    return s[idx].tolist(), run_end[np.append(idx[1:] - 1, s.size - 1)].tolist()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_merge_spending_the_ends_gives_the_union_and_writes_only_its_own(seed: int) -> None:
+    rng = np.random.default_rng(300 + seed)
+    n = int(rng.integers(1, 50))
+    s = rng.integers(0, 60, n)
+    if seed % 2:
+        s = np.sort(s)
+    e = s + rng.integers(-3, 15, n)
+    want = _merge_by_positions(s, e)
+    assert [a.tolist() for a in merge(s, e)] == list(want)
+    ends = e.astype(np.int64)  # the caller's own
+    kept = ends.copy()
+    got = merge(s, ends, spend_ends=True)
+    assert [a.tolist() for a in got] == list(want)
+    if seed % 2 == 0 and (np.diff(s) < 0).any():
+        assert ends.tolist() == kept.tolist()  # out of order: the sorted copy is spent, not the caller's
+    table = np.stack([s, e.astype(np.int64)])  # a view: never written
+    before = table.copy()
+    assert [a.tolist() for a in merge(s, table[1], spend_ends=True)] == list(want)
+    assert np.array_equal(table, before)

@@ -299,6 +299,7 @@ def _op_features(profile: Profile, launching: np.ndarray | None = None) -> dict[
     # the closure cut reads the backward ops of the whole rank, launching or not
     backward_all = backward_own if keep is None or not optimizer_own.any() else (
         profile.name_tests(ops["name_id"])(lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0))
+    release_pages_of(ops["name_id"], ops["fwd_row"])  # read whole (a big trace's mapped columns)
     optimizer, closure = _optimizer_after_closure(ops, parent, optimizer_own, backward_all, keep)
     del optimizer_own, backward_all
     release_pages()

@@ -201,7 +201,7 @@ def utilization(profile: Profile, rank: int = 0, device: int | None = None) -> U
     window = hi - lo
     # Each union of intervals is measured over the windows as soon as it is made, then dropped: on a big trace
     # each is two columns of millions of intervals.
-    ms_all = merge(all_s, all_e)
+    ms_all = merge(all_s, all_e, spend_ends=True)
     del all_e
     cov_all = covered_per_window(*ms_all, lo, hi)
     krows = _gpu_rows(profile, "kernels", rank, device)

@@ -504,10 +504,15 @@ class EventColumns:
         # together. (The previous reader concatenated categories in frozenset order, which varied between runs
         # when two ops of different categories tied on both; none of the recorded traces has such a tie.)
         # Rows as 32-bit positions between the two sorts: a big trace's ops are tens of millions (8 B a row less).
-        order = np.argsort(np.negative(cols["dur"]), kind="stable")
+        negated = np.negative(cols["dur"])
+        release_pages_of(cols["dur"])  # a spilled column's pages, once read (here and below)
+        order = np.argsort(negated, kind="stable")
+        del negated
         if order.size < 2**31:
             order = order.astype(np.int32)
-        by_start = np.argsort(cols["ts"][order], kind="stable")
+        starts = _gather(cols["ts"], order)
+        by_start = np.argsort(starts, kind="stable")
+        del starts
         order = order[by_start]
         del by_start
         self._collective_rows["ops"] = self.collectives.rows_of(counts, order)
@@ -667,3 +672,12 @@ def fwdbwd(ops: dict[str, np.ndarray], flows: FlowPoints) -> None:
     bwd_rows = innermost_enclosing(ops, bwd_tid, bwd_ts)
     ok = (fwd_rows >= 0) & (bwd_rows >= 0)
     ops["fwd_row"][bwd_rows[ok]] = fwd_rows[ok]
+
+
+def _gather(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``column[rows]``, a block of rows at a time, giving back a spilled column's pages after each block."""
+    out = np.empty(rows.size, dtype=column.dtype)
+    for a in range(0, rows.size, _BLOCK_ROWS):
+        out[a:a + _BLOCK_ROWS] = column[rows[a:a + _BLOCK_ROWS]]
+        release_pages_of(column)
+    return out

@@ -99,7 +99,7 @@ class Context:
         if self.has_steps:
             idx = idx[k["step"][idx] >= 0]
         start = k["start_ns"][idx].astype(np.int64)
-        s, e = merge(start, start + k["dur_ns"][idx].astype(np.int64))
+        s, e = merge(start, start + k["dur_ns"][idx].astype(np.int64), spend_ends=True)
         return int((e - s).sum())
 
     def overlap_evidence(self, factor: float) -> dict[str, float]:

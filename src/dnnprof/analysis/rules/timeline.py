@@ -112,16 +112,15 @@ def build_timeline(ctx: Context) -> Timeline:
     empty = np.empty(0, np.int64)
     if act_s.size == 0:
         return Timeline(empty, empty, empty, np.empty(0, np.int8), empty)
-    ms, me = merge(act_s, act_e)
+    ms, me = merge(act_s, act_e, spend_ends=True)  # a big trace's activities are millions: each column is
+    del act_e  # dropped once spent
 
     steps = p.tables["steps"]
     sel = np.flatnonzero((steps["rank"] == rank) & (steps["gpu_start_ns"] >= 0))
     if sel.size:
         lo, hi = steps["gpu_start_ns"][sel], steps["gpu_end_ns"][sel]
     else:
-        lo, hi = np.array([act_s.min()]), np.array([act_e.max()])
-    # a big trace's activities are millions: each column is dropped once spent
-    del act_e
+        lo, hi = np.array([act_s.min()]), np.array([me.max()])  # the union's end is the latest activity's
     parts = [gaps(ms, me, int(a), int(b)) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
     del ms, me
     gs = np.concatenate([x[0] for x in parts]).astype(np.int64)
