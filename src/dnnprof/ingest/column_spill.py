@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from dnnprof.model.mapped_columns import mapped_column, mapped_file
+from dnnprof.model.mapped_columns import mapped_column, mapped_file, release_pages_of
 
 #: Columns holding local string ids (renumbered when another reader's columns are appended).
 NAME_COLUMNS = ("name", "module", "stack", "dims")
@@ -110,6 +110,7 @@ class LazyTable:
         for p in parts:
             out[row:row + p.shape[0]] = p
             row += p.shape[0]
+            release_pages_of(p, out)  # mapped both: a category's pages at a time
         return out
 
     def pop(self, key: str) -> np.ndarray:

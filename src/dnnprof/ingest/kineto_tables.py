@@ -504,8 +504,10 @@ class EventColumns:
         # together. (The previous reader concatenated categories in frozenset order, which varied between runs
         # when two ops of different categories tied on both; none of the recorded traces has such a tie.)
         # Rows as 32-bit positions between the two sorts: a big trace's ops are tens of millions (8 B a row less).
-        negated = np.negative(cols["dur"])
-        release_pages_of(cols["dur"])  # a spilled column's pages, once read (here and below)
+        dur = cols["dur"]  # once: a spilled table's column is put together anew at each access
+        negated = np.negative(dur)
+        release_pages_of(dur)  # a spilled column's pages, once read (here and below)
+        del dur
         order = np.argsort(negated, kind="stable")
         del negated
         if order.size < 2**31:
