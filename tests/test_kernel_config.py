@@ -33,3 +33,29 @@ def test_each_kernel_reports_its_dominant_launch_configuration(name: str) -> Non
         assert (*row.grid, *row.block, row.registers_per_thread, row.shared_memory_bytes) == \
             min(c for c, t in time.items() if t == top), row.name
     assert several >= (5 if name.startswith("deepspeech") else 1)  # kernels of several configurations were checked
+
+
+def test_a_tie_between_configurations_goes_to_the_first_in_column_order() -> None:
+    """Every configuration of a kernel given the same total time: the one first in (grid, block, registers, shared
+    memory) order is reported, as the keys of every kernel at once ordered them."""
+    import math
+
+    p = read_kineto(DATA / "deepspeech_train_h200" / "trace.json.gz")
+    k = p.tables["kernels"]
+    cols = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
+            "shared_memory_bytes")
+    tied = 0
+    for row in kernel_summary(p, attribute(p, "kernels")):
+        rows = np.asarray(row.rows)
+        cfgs = [tuple(int(k[c][r]) for c in cols) for r in rows.tolist()]
+        counts = Counter(cfgs)
+        if len(counts) < 2:
+            continue
+        total = math.lcm(*counts.values())
+        k["dur_ns"][rows] = [total // counts[c] for c in cfgs]  # each configuration: the same total time
+        tied += 1
+    assert tied >= 5
+    for row in kernel_summary(p, attribute(p, "kernels")):
+        cfgs = {tuple(int(k[c][r]) for c in cols) for r in np.asarray(row.rows).tolist()}
+        if len(cfgs) > 1:
+            assert (*row.grid, *row.block, row.registers_per_thread, row.shared_memory_bytes) == min(cfgs), row.name

@@ -54,11 +54,11 @@ def _dominant_code(uniq: np.ndarray, codes: np.ndarray, weights: np.ndarray) -> 
 
 
 def _dominant_index(codes: np.ndarray, weights: np.ndarray) -> int:
-    """The non-negative integer code with the most weight (ties: the smallest code present), by a count over the
-    codes' range rather than a sort of them (one kernel name's launches can be millions)."""
+    """The non-negative integer code with the most weight among those present (ties: the smallest), by a count over
+    the codes' range rather than a sort of them (one kernel name's launches can be millions)."""
     w = np.bincount(codes, weights=weights)
-    best = int(np.argmax(w))
-    return best if w[best] > 0 else int(codes.min())  # no weight at all: every code present ties
+    w[np.bincount(codes, minlength=w.size) == 0] = -np.inf  # a code not present never wins, whatever the weights
+    return int(np.argmax(w))
 
 
 def _dominant_config_position(config: list[np.ndarray], rows: np.ndarray, d: np.ndarray) -> int:
