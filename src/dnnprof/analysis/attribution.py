@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dnnprof.analysis.factorize import unique_strings
-from dnnprof.model.mapped_columns import release_pages, release_pages_of
+from dnnprof.model.mapped_columns import gather, release_pages, release_pages_of
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
 
@@ -214,7 +214,7 @@ def _needed_ops(ops: dict[str, np.ndarray], launching: np.ndarray) -> np.ndarray
     parent = ops["parent_row"]
     frontier = np.flatnonzero(mark)
     while frontier.size:  # up one level of ancestors a round; the frontier only holds rows marked just now
-        up = _gather(parent, frontier)
+        up = gather(parent, frontier)
         up = up[up >= 0]
         up = up[~mark[up]]
         mark[up] = True
@@ -251,7 +251,7 @@ def _op_features(profile: Profile, launching: np.ndarray | None = None) -> dict[
     rows32 = np.int32 if n_ops <= _INT32_MAX else np.int64
 
     def col(name: str) -> np.ndarray:  # an op column at the feature rows (the table's own column for every op)
-        return ops[name] if keep is None else _gather(ops[name], keep)
+        return ops[name] if keep is None else gather(ops[name], keep)
 
     name_id = col("name_id")
     flag = profile.name_tests(name_id)
@@ -376,9 +376,9 @@ def _fwd_links(profile: Profile, ops: dict[str, np.ndarray], keep: np.ndarray | 
         par = parent[linked_rows]
     else:  # a node op need not be a feature row (it may launch nothing): they are found among every op
         linked_rows = np.flatnonzero(ops["fwd_row"] >= 0)
-        par = _gather(ops["parent_row"], linked_rows)
-        annot = _gather(ops["category"], linked_rows) == OP_CATEGORIES.index("user_annotation")
-        par[is_marker(_gather(ops["name_id"], linked_rows), annot)] = -1
+        par = gather(ops["parent_row"], linked_rows)
+        annot = gather(ops["category"], linked_rows) == OP_CATEGORIES.index("user_annotation")
+        par[is_marker(gather(ops["name_id"], linked_rows), annot)] = -1
         # only engine ops among the feature rows matter: no one reads the rest
         pos = np.searchsorted(keep, par)
         found = (par >= 0) & (pos < keep.size)
@@ -389,7 +389,7 @@ def _fwd_links(profile: Profile, ops: dict[str, np.ndarray], keep: np.ndarray | 
     engine = profile.name_tests(name_id[par])(lambda s: s.startswith("autograd::engine::evaluate_function"))
     lift = engine & (fwd_own[par] < 0)
     forward = (fwd_own[linked_rows[lift]] if keep is None
-               else _gather(ops["fwd_row"], linked_rows[lift]).astype(fwd_own.dtype))
+               else gather(ops["fwd_row"], linked_rows[lift]).astype(fwd_own.dtype))
     fwd_own[par[lift]] = forward
     return fwd_own
 
@@ -424,10 +424,10 @@ def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own
     rank = ops["rank"] if "rank" in ops else np.zeros(start.size, dtype=np.int64)
     idx = np.flatnonzero(inside)
     roots, which = np.unique(root[idx], return_inverse=True)
-    root_start = _gather(start, op_rows(roots)).astype(np.int64)
+    root_start = gather(start, op_rows(roots)).astype(np.int64)
     cuts = root_start.copy()
-    root_end = root_start + _gather(dur, op_rows(roots))
-    root_rank = _gather(rank, op_rows(roots))
+    root_end = root_start + gather(dur, op_rows(roots))
+    root_rank = gather(rank, op_rows(roots))
     # The backward ops that began inside a range of their rank, a block of rows at a time (half a training trace's
     # ops are backward): by start within a block, those of a range are one slice, found by binary search.
     by_rank = [(r, np.flatnonzero(root_rank == r)) for r in np.unique(root_rank).tolist()]
@@ -446,18 +446,8 @@ def _optimizer_after_closure(ops: dict[str, np.ndarray], parent: np.ndarray, own
         release_pages_of(start, dur, rank)  # a big trace's mapped columns: a block's pages at a time
     closure[roots[cuts > root_start]] = True
     after = np.zeros(own.size, dtype=bool)  # inside a range, from its cut on
-    after[idx] = _gather(start, op_rows(idx)) >= cuts[which.reshape(-1)]
+    after[idx] = gather(start, op_rows(idx)) >= cuts[which.reshape(-1)]
     return after, closure
-
-
-def _gather(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``column[rows]`` for rows in order, a block at a time: a big trace's mapped column gives its pages back after
-    each block, however far the rows spread over it."""
-    out = np.empty(rows.size, dtype=column.dtype)
-    for a in range(0, rows.size, _INHERIT_ROWS):
-        out[a:a + _INHERIT_ROWS] = column[rows[a:a + _INHERIT_ROWS]]
-        release_pages_of(column)
-    return out
 
 
 _FRAME = re.compile(r"^(?P<path>.+?\.py)\((?P<line>\d+)\): (?P<func>.+)$")

@@ -20,7 +20,7 @@ from dnnprof.ingest.collectives import CollectiveArgs, collectives_table
 from dnnprof.ingest.column_spill import NAME_COLUMNS, LazyTable, SpilledColumns
 from dnnprof.ingest.flow_points import NS_LIMIT, FlowPoints
 from dnnprof.ingest.nesting import innermost_enclosing, nest
-from dnnprof.model.mapped_columns import release_pages, release_pages_of
+from dnnprof.model.mapped_columns import gather, release_pages, release_pages_of
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS, OP_CATEGORIES, empty_table, fill_value
 
@@ -512,7 +512,7 @@ class EventColumns:
         del negated
         if order.size < 2**31:
             order = order.astype(np.int32)
-        starts = _gather(cols["ts"], order)
+        starts = gather(cols["ts"], order)
         by_start = np.argsort(starts, kind="stable")
         del starts
         order = order[by_start]
@@ -674,12 +674,3 @@ def fwdbwd(ops: dict[str, np.ndarray], flows: FlowPoints) -> None:
     bwd_rows = innermost_enclosing(ops, bwd_tid, bwd_ts)
     ok = (fwd_rows >= 0) & (bwd_rows >= 0)
     ops["fwd_row"][bwd_rows[ok]] = fwd_rows[ok]
-
-
-def _gather(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``column[rows]``, a block of rows at a time, giving back a spilled column's pages after each block."""
-    out = np.empty(rows.size, dtype=column.dtype)
-    for a in range(0, rows.size, _BLOCK_ROWS):
-        out[a:a + _BLOCK_ROWS] = column[rows[a:a + _BLOCK_ROWS]]
-        release_pages_of(column)
-    return out

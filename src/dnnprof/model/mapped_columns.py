@@ -106,6 +106,16 @@ def release_pages() -> None:
         _TRIM(0)
 
 
+def gather(column: np.ndarray, rows: np.ndarray, block_rows: int = 1 << 20) -> np.ndarray:
+    """``column[rows]``, a block of rows at a time, giving back a mapped column's pages after each block: however
+    far the rows spread over a big trace's column, the resident set holds one block's pages of it."""
+    out = np.empty(rows.size, dtype=column.dtype)
+    for a in range(0, rows.size, block_rows):
+        out[a:a + block_rows] = column[rows[a:a + block_rows]]
+        release_pages_of(column)
+    return out
+
+
 def release_pages_of(*columns: np.ndarray) -> None:
     """Drop the pages of the mapped columns among ``columns`` (views of them included) from the resident set: what
     a thread that fills a column gives back as it goes, without touching the columns other threads are filling."""
