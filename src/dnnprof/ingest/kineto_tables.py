@@ -20,7 +20,8 @@ from dnnprof.ingest.collectives import CollectiveArgs, collectives_table
 from dnnprof.ingest.column_spill import NAME_COLUMNS, LazyTable, SpilledColumns
 from dnnprof.ingest.flow_points import NS_LIMIT, FlowPoints
 from dnnprof.ingest.nesting import innermost_enclosing, nest
-from dnnprof.model.mapped_columns import gather, release_pages, release_pages_of
+from dnnprof.ingest.start_order import start_order
+from dnnprof.model.mapped_columns import release_pages, release_pages_of
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import API_KINDS, MEMCPY_KINDS, MEMORY_KINDS, OP_CATEGORIES, empty_table, fill_value
 
@@ -503,20 +504,8 @@ class EventColumns:
         # A stable sort by (ts, -dur) from category-then-file order: parents (longer) before children that start
         # together. (The previous reader concatenated categories in frozenset order, which varied between runs
         # when two ops of different categories tied on both; none of the recorded traces has such a tie.)
-        # Rows as 32-bit positions between the two sorts: a big trace's ops are tens of millions (8 B a row less).
-        dur = cols["dur"]  # once: a spilled table's column is put together anew at each access
-        negated = np.negative(dur)
-        release_pages_of(dur)  # a spilled column's pages, once read (here and below)
-        del dur
-        order = np.argsort(negated, kind="stable")
-        del negated
-        if order.size < 2**31:
-            order = order.astype(np.int32)
-        starts = gather(cols["ts"], order)
-        by_start = np.argsort(starts, kind="stable")
-        del starts
-        order = order[by_start]
-        del by_start
+        # A big trace's ops are tens of millions: start_order sorts them a range of starts at a time.
+        order = start_order(cols["ts"], cols["dur"])
         self._collective_rows["ops"] = self.collectives.rows_of(counts, order)
         t = self._start("ops", cols, order, rank)
         cats = np.concatenate([np.full(n, OP_CATEGORIES.index(c), dtype=np.int8) for c, n in counts])
