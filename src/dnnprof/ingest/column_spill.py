@@ -1,5 +1,7 @@
 """Columns of a trace being read, appended to files as the chunks arrive, read back one column at a time.
 
+A category's chunks are held until they come to a megabyte, then written a column at a time.
+
 A big trace's columns then do not sit in memory until the end of the read: each category's column is one raw
 file (``<category>.<column>.bin``, native byte order) in a private folder, and building a table loads one of its
 columns at a time, mapped from the files (:mod:`dnnprof.model.mapped_columns`), so a column read whole takes
@@ -19,6 +21,9 @@ from dnnprof.model.mapped_columns import mapped_column, mapped_file, release_pag
 #: Columns holding local string ids (renumbered when another reader's columns are appended).
 NAME_COLUMNS = ("name", "module", "stack", "dims")
 _COPY_ROWS = 1 << 20  # rows per block when renumbering another reader's names
+#: A category's chunks are held until they come to this many bytes, then written one column at a time: one write
+#: per column and block rather than per chunk (a chunk's columns are a few KB each).
+_FLUSH_BYTES = 1 << 20
 
 
 class SpilledColumns:
@@ -30,6 +35,8 @@ class SpilledColumns:
         self.layout: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = {}  # category → column → (dtype, row shape)
         self.rows: dict[str, int] = {}
         self._files: dict[tuple[str, str], IO[bytes]] = {}
+        self._held: dict[str, list[dict[str, np.ndarray]]] = {}  # per category, chunks not written yet
+        self._held_bytes: dict[str, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         self.close()
@@ -37,7 +44,7 @@ class SpilledColumns:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._files = {}
+        self._files, self._held, self._held_bytes = {}, {}, {}
 
     def _path(self, cat: str, col: str) -> Path:
         return self.folder / f"{cat.replace('/', '_')}.{col}.bin"
@@ -50,14 +57,25 @@ class SpilledColumns:
 
     def append(self, cat: str, cols: dict[str, np.ndarray]) -> None:
         """Append one chunk's columns of category ``cat`` (all of the same length)."""
-        layout = self.layout.setdefault(cat, {})
-        for col, a in cols.items():
-            layout.setdefault(col, (a.dtype.str, a.shape[1:]))
-            self._file(cat, col).write(np.ascontiguousarray(a).data)
+        if cat not in self.layout:
+            self.layout[cat] = {col: (a.dtype.str, a.shape[1:]) for col, a in cols.items()}
+        self._held.setdefault(cat, []).append(cols)
+        held = self._held_bytes[cat] = self._held_bytes.get(cat, 0) + sum(a.nbytes for a in cols.values())
         self.rows[cat] = self.rows.get(cat, 0) + next(iter(cols.values())).shape[0]
+        if held >= _FLUSH_BYTES:
+            self._write(cat)
+
+    def _write(self, cat: str) -> None:
+        """Write the held chunks of ``cat``, a column at a time."""
+        chunks = self._held.pop(cat, [])
+        self._held_bytes.pop(cat, None)
+        for col in self.layout[cat] if chunks else ():
+            parts = [c[col] for c in chunks]
+            self._file(cat, col).write(np.ascontiguousarray(parts[0] if len(parts) == 1 else np.concatenate(parts)).data)
 
     def column(self, cat: str, col: str) -> np.ndarray:
         """The whole column ``col`` of ``cat``, in append order."""
+        self._write(cat)
         f = self._files.get((cat, col))
         if f is not None:
             f.flush()
@@ -67,6 +85,8 @@ class SpilledColumns:
     def extend(self, later: SpilledColumns, remap: np.ndarray) -> None:
         """Append ``later``'s columns after this one's, local string ids renumbered through ``remap``."""
         later.close()
+        for cat in list(self._held):
+            self._write(cat)
         for cat, layout in later.layout.items():
             for col, (dtype, shape) in layout.items():
                 self.layout.setdefault(cat, {}).setdefault(col, (dtype, shape))
@@ -81,6 +101,8 @@ class SpilledColumns:
             self.rows[cat] = self.rows.get(cat, 0) + later.rows[cat]
 
     def close(self) -> None:
+        for cat in list(self._held):
+            self._write(cat)
         for f in self._files.values():
             f.close()
         self._files = {}
