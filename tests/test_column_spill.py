@@ -66,3 +66,21 @@ def test_extend_appends_the_later_columns_with_names_renumbered(tmp_path: Path, 
         names = [c["name"] for k, c in first if k == cat] + [remap[c["name"]] for k, c in later if k == cat]
         np.testing.assert_array_equal(a.column(cat, "name"), np.concatenate(names))
     a.close()
+
+
+@pytest.mark.parametrize("copy_rows", [1, 3, 1 << 20])
+def test_a_table_over_categories_is_their_columns_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             copy_rows: int) -> None:
+    monkeypatch.setattr(column_spill, "_COPY_ROWS", copy_rows)
+    chunks = _chunks(7, 30)
+    spill = SpilledColumns(tmp_path / "s")
+    for cat, cols in chunks:
+        spill.append(cat, cols)
+    cats = ["cpu_op", "kernel", "cuda_runtime"]
+    table = column_spill.LazyTable(spill, cats)
+    for col in ("ts", "name", "grid"):
+        want = np.concatenate([_expected(chunks, c, col) for c in cats])
+        np.testing.assert_array_equal(table[col], want)
+        np.testing.assert_array_equal(table.pop(col), want)
+        assert col not in table
+    spill.close()

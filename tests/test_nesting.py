@@ -156,6 +156,28 @@ def test_innermost_op_looked_up_a_block_of_times_at_a_time(block: int, monkeypat
     _check(_table(tid, start, dur), [queries])
 
 
+def test_thread_keys_beyond_32_bits_and_a_shared_index() -> None:
+    """Keys of 64 bits when threads × rows pass 2**31 (50,000 ops, each on its own thread, and a few threads of
+    many ops), and one ThreadRows shared by several lookups: the stack walk's answers."""
+    from dnnprof.ingest.nesting import ThreadRows
+
+    rng = np.random.default_rng(5)
+    n = 50_000
+    start, dur = rng.integers(0, 10**6, n), rng.integers(0, 5000, n)
+    tid = np.where(rng.random(n) < 0.9, np.arange(n) + 10, rng.integers(0, 3, n))
+    t = _table(tid, start, dur)
+    nest(t)
+    shared = ThreadRows(t)
+    assert shared.keys.dtype == np.int64
+    for seed in range(3):
+        q = np.random.default_rng(seed)
+        picks = q.integers(0, n, 2000)
+        tids, when = t["tid"][picks], t["start_ns"][picks] + q.integers(-10, 3000, picks.size)
+        got = innermost_enclosing(t, tids, when, threads=shared)
+        assert got.tolist() == innermost_enclosing(t, tids, when).tolist()
+        assert got.tolist() == innermost_reference(t, tids.tolist(), when.tolist())
+
+
 @pytest.mark.parametrize("block", [1, 3, 50])
 @pytest.mark.parametrize("seed", range(12))
 def test_ops_nested_a_block_of_rows_at_a_time(block: int, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:

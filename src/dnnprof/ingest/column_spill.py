@@ -130,9 +130,11 @@ class LazyTable:
         out = mapped_column(self._spill.folder, parts[0].dtype, values, 0).reshape(-1, *row_shape)
         row = 0
         for p in parts:
-            out[row:row + p.shape[0]] = p
-            row += p.shape[0]
-            release_pages_of(p, out)  # mapped both: a category's pages at a time
+            for lo in range(0, p.shape[0], _COPY_ROWS):  # mapped both: a block's pages at a time
+                block = p[lo:lo + _COPY_ROWS]
+                out[row:row + block.shape[0]] = block
+                row += block.shape[0]
+                release_pages_of(p, out)
         return out
 
     def pop(self, key: str) -> np.ndarray:

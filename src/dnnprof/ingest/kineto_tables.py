@@ -19,7 +19,7 @@ import numpy as np
 from dnnprof.ingest.collectives import CollectiveArgs, collectives_table
 from dnnprof.ingest.column_spill import NAME_COLUMNS, LazyTable, SpilledColumns
 from dnnprof.ingest.flow_points import NS_LIMIT, FlowPoints
-from dnnprof.ingest.nesting import innermost_enclosing, nest
+from dnnprof.ingest.nesting import ThreadRows, innermost_enclosing, nest
 from dnnprof.ingest.start_order import start_order
 from dnnprof.model.mapped_columns import release_pages, release_pages_of
 from dnnprof.model.profile import Profile
@@ -350,9 +350,11 @@ class EventColumns:
         done()
         out["runtime"] = runtime = self._runtime(rank)
         self._wait()
+        threads = ThreadRows(out["ops"]) if out["ops"]["tid"].size else None  # for the launches and the flows
         runtime["op_row"][:] = innermost_enclosing(out["ops"], runtime["tid"], runtime["start_ns"],
-                                                   self._pool_for(runtime["tid"].size))
-        fwdbwd(out["ops"], self.flows)
+                                                   self._pool_for(runtime["tid"].size), threads)
+        fwdbwd(out["ops"], self.flows, threads)
+        del threads
         done()
         index = None  # the runtime by correlation id: made for the first linked table, dropped after the last
         for table in _GPU_TABLES:
@@ -653,13 +655,14 @@ def link_by_correlation(gpu: dict[str, np.ndarray], runtime: dict[str, np.ndarra
         release_pages_of(gpu["correlation"], gpu["launch_row"], gpu["op_row"], runtime["op_row"])
 
 
-def fwdbwd(ops: dict[str, np.ndarray], flows: FlowPoints) -> None:
+def fwdbwd(ops: dict[str, np.ndarray], flows: FlowPoints, threads: ThreadRows | None = None) -> None:
     """fwd_row of backward ops from `fwdbwd` flow pairs (start 's' at the forward op, end 'f' at the backward op);
-    the flow points are used up."""
+    the flow points are used up. ``threads``: the ops' rows by thread, when the caller has them."""
     fwd_tid, fwd_ts, bwd_tid, bwd_ts = flows.pairs()
     if fwd_tid.size == 0 or ops["start_ns"].size == 0:
         return
-    fwd_rows = innermost_enclosing(ops, fwd_tid, fwd_ts)
-    bwd_rows = innermost_enclosing(ops, bwd_tid, bwd_ts)
+    threads = ThreadRows(ops) if threads is None else threads
+    fwd_rows = innermost_enclosing(ops, fwd_tid, fwd_ts, threads=threads)
+    bwd_rows = innermost_enclosing(ops, bwd_tid, bwd_ts, threads=threads)
     ok = (fwd_rows >= 0) & (bwd_rows >= 0)
     ops["fwd_row"][bwd_rows[ok]] = fwd_rows[ok]

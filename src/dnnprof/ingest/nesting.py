@@ -15,11 +15,11 @@ before ``aten::t`` ended, on its own).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from dnnprof.ingest.row_groups import rows_by_group
 from dnnprof.model.mapped_columns import release_pages, release_pages_of
 
 #: How far a child may outlive the op it starts in and still be its child (timestamp rounding, clock jitter).
@@ -286,51 +286,50 @@ def _walk_threads(starts: list[int], ends: list[int], thread: list[int]) -> tupl
     return np.array(parent, dtype=np.int64), np.array(depth, dtype=np.int64)
 
 
-def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarray, pool: Any = None) -> np.ndarray:
+class ThreadRows:
+    """The rows of an ops table grouped by thread, as one ascending column of keys ``k * (rows + 1) + row`` for the
+    row's thread ``threads[k]`` (threads in id order, rows in order within each): "the last row of a thread at or
+    before a row" is one search of it. Made once per table and shared by its lookups (:func:`innermost_enclosing`);
+    4 bytes a row when the keys fit in 32 bits, else 8."""
+
+    def __init__(self, ops: dict[str, np.ndarray]) -> None:
+        tid = ops["tid"]
+        n = tid.size
+        self.threads = distinct(tid)
+        self.width = n + 1
+
+        def codes(lo: int, hi: int) -> np.ndarray:
+            out = np.searchsorted(self.threads, tid[lo:hi])
+            release_pages_of(tid)
+            return out
+
+        rows, ends = rows_by_group(n, self.threads.size, codes, _QUERY_ROWS)
+        self.keys = rows.astype(np.int32 if self.threads.size * self.width < 2**31 else np.int64, copy=False)
+        for lo in range(0, n, _QUERY_ROWS):  # each position's thread, a block at a time
+            at = np.arange(lo, min(lo + _QUERY_ROWS, n))
+            self.keys[lo:lo + at.size] += np.searchsorted(ends, at, side="right") * self.width
+
+
+def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarray, pool: Any = None,
+                        threads: ThreadRows | None = None) -> np.ndarray:
     """Row of the innermost op on the same thread whose [start, end) holds each time, -1 when none.
 
-    All threads at once: ops grouped by thread, starts and times keyed by (thread, rank) in one sorted array. With
-    a ``pool`` (a :class:`concurrent.futures.Executor` of threads), smaller blocks of times are looked up side by
-    side.
+    ``ops`` must be in the readers' order (by start, the longer first: :func:`nest`'s order). Per time: the last op
+    of any thread starting at or before it (a search of the starts), then the last op of its own thread at or
+    before that row (a search of the thread's rows, from ``threads``: made here when not given), then up the
+    parents until one ends after the time. With a ``pool`` (a :class:`concurrent.futures.Executor` of threads),
+    smaller blocks of times are looked up side by side.
     """
     out = np.full(t.shape, -1, dtype=np.int32)
     if ops["start_ns"].size == 0 or t.size == 0:
         return out
+    groups = ThreadRows(ops) if threads is None else threads
     starts, parent = ops["start_ns"], ops["parent_row"]
-    order = np.argsort(ops["tid"], kind="stable")  # ops by thread, by start within one
-    if order.size < 2**31:
-        order = order.astype(np.int32)
-    threads = distinct(ops["tid"])
-    # A start's key is even, a time's odd and just above the starts at or before it: "last start <= t" is one
-    # search. Positions are the times themselves (from the first start; times outside the starts' range clipped
-    # just outside it) when every thread's keys fit in int64, else ranks among the distinct starts.
-    first, last = int(starts.min()), int(starts.max())
-    ranks = None
-    width = 2 * (last - first + 2) + 1
-    if threads.size * width >= 2**62 or not -(2**62) < first <= last < 2**62:
-        ranks = distinct(starts)
-        width = 2 * ranks.size + 1
-
-    def start_pos(x: np.ndarray) -> np.ndarray:
-        return 2 * (np.searchsorted(ranks, x) if ranks is not None else x - (first - 1))
-
-    def time_pos(x: np.ndarray) -> np.ndarray:
-        if ranks is not None:
-            return 2 * np.searchsorted(ranks, x, side="right") - 1
-        return 2 * (np.clip(x, first - 1, last) - (first - 1)) + 1
-
-    op_key = np.empty(order.size, dtype=np.int64)
-    for lo in range(0, order.size, _QUERY_ROWS):  # a block of ops at a time: temporaries of a block, not of the ops
-        o = order[lo:lo + _QUERY_ROWS]
-        op_key[lo:lo + o.size] = np.searchsorted(threads, ops["tid"][o]).astype(np.int64) * width \
-            + start_pos(starts[o])
-        release_pages_of(starts, ops["tid"])  # a big trace's mapped columns: a block's pages at a time
-    release_pages()  # a big trace's mapped columns: the queries read a few rows of each
 
     def block(lo: int, hi: int, threaded: bool) -> None:
-        out[lo:hi] = _innermost(tid[lo:hi], t[lo:hi], threads, time_pos, width, op_key, order, ops, parent)
+        out[lo:hi] = _innermost(tid[lo:hi], t[lo:hi], groups, ops, parent)
         if threaded:  # the columns this block read, not the other threads' working pages
-            release_pages_of(tid, t, starts, parent, ops["dur_ns"], ops["tid"])
+            release_pages_of(tid, t, starts, parent, ops["dur_ns"])
         else:
             release_pages()
 
@@ -346,28 +345,33 @@ def innermost_enclosing(ops: dict[str, np.ndarray], tid: np.ndarray, t: np.ndarr
     return out
 
 
-#: Times looked up at once by :func:`innermost_enclosing` (a dozen temporaries of this many rows).
+#: Times looked up at once by :func:`innermost_enclosing` (a dozen temporaries of this many rows), and rows
+#: grouped by thread at once.
 _QUERY_ROWS = 1 << 17
 #: The same, per thread, when several threads look them up (few temporaries each: see kineto_tables' blocks).
 _POOL_QUERY_ROWS = 1 << 14
 
 
-def _innermost(tid: np.ndarray, t: np.ndarray, threads: np.ndarray, time_pos: Callable[[np.ndarray], np.ndarray],
-               width: int, op_key: np.ndarray, order: np.ndarray, ops: dict[str, np.ndarray],
+def _innermost(tid: np.ndarray, t: np.ndarray, groups: ThreadRows, ops: dict[str, np.ndarray],
                parent: np.ndarray) -> np.ndarray:
     out = np.full(t.shape, -1, dtype=np.int32)
+    threads = groups.threads
     at = np.minimum(np.searchsorted(threads, tid), threads.size - 1)
-    q = np.flatnonzero(threads[at] == tid)  # times on a thread that has ops
+    starts, durs = ops["start_ns"], ops["dur_ns"]
+    last = np.searchsorted(starts, t, side="right") - 1  # the last op of any thread starting at or before each time
+    q = np.flatnonzero((threads[at] == tid) & (last >= 0))  # times on a thread that has ops, after the first start
     if q.size == 0:
         return out
-    g = at[q].astype(np.int64)
-    t_key = g * width + time_pos(t[q])
-    i = np.searchsorted(op_key, t_key, side="right") - 1
-    ok = (i >= 0) & (op_key[np.maximum(i, 0)] >= g * width)  # the op found is on the time's thread
-    q, cand = q[ok], order[i[ok]]
+    first = at[q].astype(groups.keys.dtype) * groups.width  # the key of the thread's row 0
+    # Its last row at or before the one found; the query in the keys' type (fits: they cover every thread's rows),
+    # else numpy would search a converted copy of all the keys.
+    i = np.searchsorted(groups.keys, (first + last[q]).astype(groups.keys.dtype), side="right") - 1
+    cand = groups.keys[np.maximum(i, 0)] - first
+    cand[i < 0] = -1
+    ok = cand >= 0  # negative: the key found is another thread's (none of this thread's rows is at or before it)
+    q, cand = q[ok], cand[ok]
     tq = t[q]
     live = np.arange(q.size)
-    starts, durs = ops["start_ns"], ops["dur_ns"]
     for _ in range(256):  # walk up the nesting until the candidate encloses the time
         c = cand[live]
         live = live[starts[c] + durs[c] <= tq[live]]
