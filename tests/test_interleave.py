@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import DEEPSPEECH, GPT2
-from dnnprof.analysis.intervals import interleave, merge, merge_runs
+from dnnprof.analysis.intervals import interleave, merge, merge_runs, union_ns
 from dnnprof.analysis.utilization import gpu_activity, primary_device, utilization
 from dnnprof.ingest.kineto import read_kineto
 
@@ -178,3 +178,44 @@ def test_merge_spending_the_ends_gives_the_union_and_writes_only_its_own(seed: i
     before = table.copy()
     assert [a.tolist() for a in merge(s, table[1], spend_ends=True)] == list(want)
     assert np.array_equal(table, before)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_union_a_block_at_a_time_is_the_length_of_merge(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 80))
+    s = np.sort(rng.integers(0, 300, n)).astype(np.int64)  # ties, and intervals that span blocks
+    e = s + rng.integers(0, 60, n)
+    ms, me = merge(s.copy(), e.copy())
+    for block in (1, 2, 5, 100):
+        blocks = [(s[a:a + block].copy(), e[a:a + block].copy()) for a in range(0, n, block)]
+        assert union_ns(blocks) == int((me - ms).sum())
+    if n > 2 and s[0] < s[-1]:
+        late = s.copy()
+        late[-1] = s[0] - 1  # the last block starts before the one before it ended its starts
+        assert union_ns([(late[a:a + 2].copy(), e[a:a + 2].copy()) for a in range(0, n, 2)]) is None
+
+
+def test_busy_time_of_kernels_out_of_order_is_the_whole_union(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel table not in order of start (not from a reader) falls back to one merge of every row; in order,
+    blocks of any size give the same busy time."""
+    from dnnprof.analysis.rules import context as context_module
+    from dnnprof.analysis.rules.context import Context
+    from dnnprof.analysis.summary import analyse
+
+    profile = read_kineto(GPT2)
+    ctx = Context(analyse(profile), None)
+    rows = list(ctx.kernels)
+    want = ctx.busy_ns(rows)
+    monkeypatch.setattr(context_module, "_BLOCK_ROWS", 7)
+    assert ctx.busy_ns(rows) == want
+    k = profile.tables["kernels"]
+    idx = np.sort(np.concatenate([r.rows for r in rows]))
+    if ctx.has_steps:
+        idx = idx[k["step"][idx] >= 0]
+    k["start_ns"][idx[[0, -1]]] = k["start_ns"][idx[[-1, 0]]]  # the first and last kernel swap starts
+    answers: list[int | None] = []
+    monkeypatch.setattr(context_module, "union_ns", lambda blocks: answers.append(union_ns(blocks)) or answers[-1])
+    s, e = merge(k["start_ns"][idx].astype(np.int64), (k["start_ns"][idx] + k["dur_ns"][idx]).astype(np.int64))
+    assert ctx.busy_ns(rows) == int((e - s).sum())
+    assert answers == [None]  # the blocks were out of order: the whole union was taken

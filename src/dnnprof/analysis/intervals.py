@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -35,6 +35,26 @@ def merge(starts: np.ndarray, ends: np.ndarray, spend_ends: bool = False) -> tup
     last[-1] = True
     del new
     return merged_s, run_end[last]
+
+
+def union_ns(blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> int | None:
+    """Length of the union of [start, end) intervals given a block at a time in order of start (each block in
+    order, none starting before the previous block's last start): ``merge``'s total, with the memory of one block.
+    Each block's ends are spent (written over). None when a block breaks that order (the caller merges the whole
+    then)."""
+    total, carried, last = 0, None, None  # carried: the last merged interval so far, which the next block may extend
+    for s, e in blocks:
+        if s.size == 0:
+            continue
+        if (last is not None and s[0] < last) or not bool((s[1:] >= s[:-1]).all()):
+            return None
+        last = s[-1]
+        if carried is not None:
+            s, e = np.concatenate(([carried[0]], s)), np.concatenate(([carried[1]], e))
+        ms, me = merge(s, e, spend_ends=True)
+        total += int((me[:-1] - ms[:-1]).sum())
+        carried = (ms[-1], me[-1])
+    return total + (int(carried[1] - carried[0]) if carried is not None else 0)
 
 
 def merge_runs(runs: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

@@ -42,7 +42,7 @@ from dnnprof.ingest.nesting import distinct
 from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, read_pieces, split_events
 from dnnprof.ingest.vendor import vendor_of_events, vendor_of_name
 from dnnprof.model.device import DeviceInfo
-from dnnprof.model.mapped_columns import large_blocks_returned_on_free, release_pages
+from dnnprof.model.mapped_columns import large_blocks_returned_on_free, release_pages, release_pages_of
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
 from dnnprof.model.steps import assign_steps
@@ -653,15 +653,22 @@ def _profiler_steps(profile: Profile, rank: int) -> None:
     ops = profile.tables["ops"]
     if ops["name_id"].size == 0:
         return
-    step_ids = [i for i, s in enumerate(profile.strings) if s.startswith("ProfilerStep#")]
-    is_step = (ops["category"] == OP_CATEGORIES.index("user_annotation")) & np.isin(ops["name_id"], step_ids)
-    rows = np.flatnonzero(is_step)
+    release_pages()  # the tables' pages, touched while they were made
+    step_ids = np.array([i for i, s in enumerate(profile.strings) if s.startswith("ProfilerStep#")], dtype=np.int32)
+    if step_ids.size == 0:
+        return
+    annotation, block, parts = OP_CATEGORIES.index("user_annotation"), 1 << 20, []
+    for lo in range(0, ops["name_id"].size, block):  # a big trace's ops are tens of millions: a block at a time
+        parts.append(lo + np.flatnonzero((ops["category"][lo:lo + block] == annotation)
+                                         & np.isin(ops["name_id"][lo:lo + block], step_ids)))
+        release_pages_of(ops["category"], ops["name_id"])
+    rows = np.concatenate(parts)
     if rows.size == 0:
         return
     numbers = np.array([_int(profile.strings[i].rsplit("#", 1)[1], -1) for i in ops["name_id"][rows].tolist()],
                        dtype=np.int32)
     if (numbers < 0).any() or distinct(numbers).size != numbers.size:
         numbers = np.arange(rows.size, dtype=np.int32)
-    starts = ops["start_ns"][rows]
-    assign_steps(profile, starts, starts + ops["dur_ns"][rows], "profiler_step", numbers=numbers,
-                 name_ids=ops["name_id"][rows], rank=rank)
+    starts, ends, names = ops["start_ns"][rows], ops["start_ns"][rows] + ops["dur_ns"][rows], ops["name_id"][rows]
+    release_pages_of(ops["start_ns"], ops["dur_ns"], ops["name_id"])  # each row read maps its neighbours' pages too
+    assign_steps(profile, starts, ends, "profiler_step", numbers=numbers, name_ids=names, rank=rank)

@@ -7,17 +7,19 @@ that does not need it costs nothing.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from dnnprof.analysis.attribution import op_label
-from dnnprof.analysis.intervals import merge
+from dnnprof.analysis.intervals import merge, union_ns
 from dnnprof.analysis.kernel_summary import KernelRow
 from dnnprof.analysis.summary import Analysis
 from dnnprof.model.device import DeviceInfo
 from dnnprof.model.gpu_specs import GpuSpec, lookup_gpu
+from dnnprof.model.mapped_columns import release_pages, release_pages_of
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
 
@@ -30,6 +32,8 @@ _STEP_LIKE = ("ProfilerStep#", "dnnprof.step", "## ")
 #: Unprofiled steps before and after the profiled ones that differ by more than this factor give no measure of the
 #: capture's cost (the run was still warming up or changed pace; ``dnnprof run`` says so too).
 UNSTEADY_BASELINE_RATIO = 1.25
+#: Kernel rows :meth:`Context.busy_ns` reads at a time.
+_BLOCK_ROWS = 1 << 20
 _PY_FRAME = re.compile(r"^(?P<file>[^()]+\.py)\((?P<line>\d+)\): (?P<func>.+)$")
 _LIBRARY_PATHS = ("site-packages", "dist-packages", "/torch/", "\\torch\\", "<frozen", "/lib/python", "threading.py")
 
@@ -96,11 +100,22 @@ class Context:
         k = self.profile.tables["kernels"]
         idx = np.concatenate([r.rows for r in rows])
         idx.sort()  # in row order: a reader's kernels are in order of start, so the union needs no sort of its own
-        if self.has_steps:
-            idx = idx[k["step"][idx] >= 0]
-        start = k["start_ns"][idx].astype(np.int64)
-        s, e = merge(start, start + k["dur_ns"][idx].astype(np.int64), spend_ends=True)
-        return int((e - s).sum())
+        release_pages()  # a big trace's kernel columns, read by the rule before: none resident when the blocks start
+
+        def intervals(block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for a in range(0, idx.size, block_rows):
+                i = idx[a:a + block_rows]
+                if self.has_steps:
+                    i = i[k["step"][i] >= 0]
+                start = k["start_ns"][i].astype(np.int64)
+                yield start, start + k["dur_ns"][i].astype(np.int64)
+                release_pages_of(k["step"], k["start_ns"], k["dur_ns"])
+
+        total = union_ns(intervals(_BLOCK_ROWS))  # a big trace's kernels are millions: a block at a time
+        if total is None:  # not in order of start (a table not from a reader): the whole union at once
+            s, e = merge(*next(intervals(max(idx.size, 1))), spend_ends=True)
+            total = int((e - s).sum())
+        return total
 
     def overlap_evidence(self, factor: float) -> dict[str, float]:
         """``{"overlap_factor": …}`` for a finding's evidence when kernels overlapped, else nothing."""

@@ -12,7 +12,7 @@ import numpy as np
 from dnnprof.analysis.rules.base import Finding, pct, rule, us
 from dnnprof.analysis.rules.context import Context
 from dnnprof.analysis.rules.timeline import CAUSES
-from dnnprof.model.mapped_columns import release_pages_of
+from dnnprof.model.mapped_columns import release_pages, release_pages_of
 from dnnprof.model.schema import API_KINDS
 from dnnprof.model.units import ns_brief_text
 
@@ -298,6 +298,11 @@ def launch_bound(ctx: Context) -> Finding | None:
     graph_pct = 100.0 * float(d[by_graph].sum()) / float(d.sum()) if d.sum() else 0.0
     in_graphs = graph_pct >= 100.0 * GRAPH_LAUNCHED_MIN_SHARE
     per_step = d.size / ctx.n_windows
+    median_us = float(np.median(d)) / 1e3
+    del sel, d, launches, lr, by_graph
+    release_pages()  # a big trace's kernel and runtime columns, read whole above, before the gaps' op lookups
+    top = _top_gaps(ctx, (tl.cause == CAUSES.index("host_launch")) & (tl.blamed_ns == 0)
+                    & (tl.gap_end - tl.gap_start <= LAUNCH_GAP_MAX_NS))
     if in_graphs:
         title = f"Host-bound outside the CUDA graphs: the GPU waits for the next launch {share:.0f}% of the step"
         recommendation = (f"CUDA-graph replays already launch {graph_pct:.0f}% of the kernel time, so the launch cost "
@@ -314,7 +319,7 @@ def launch_bound(ctx: Context) -> Finding | None:
     return Finding(
         id="launch-bound",
         title=title,
-        summary=(f"{per_step:.0f} kernels per step, median {np.median(d) / 1e3:.1f} µs, {short:.0%} shorter than "
+        summary=(f"{per_step:.0f} kernels per step, median {median_us:.1f} µs, {short:.0%} shorter than "
                  f"{SHORT_KERNEL_NS // 1000} µs; {ns_brief_text(idle)} of idle waiting for the next launch"
                  + _capture_clause(ctx)),
         recommendation=recommendation,
@@ -323,12 +328,11 @@ def launch_bound(ctx: Context) -> Finding | None:
                        "explains, as a share of the step windows: what replaying the step as a CUDA graph (one "
                        "launch) would remove at best." + ("" if net is None else _NET_OF_CAPTURE)),
         evidence={"host_launch_idle_us": us(idle), "pct_of_step": round(measured, 2),
-                  "kernels_per_step": round(per_step, 1), "median_kernel_us": round(float(np.median(d)) / 1e3, 2),
+                  "kernels_per_step": round(per_step, 1), "median_kernel_us": round(median_us, 2),
                   "short_kernel_share": round(short, 3), "mean_launch_call_us": launch_us,
                   "graph_launched_kernels": graphs, "graph_launched_kernel_pct": round(graph_pct, 2),
                   "host_hotspots": _host_hotspots(ctx),
                   **_capture_evidence(ctx, net),
                   **({} if net is None else {"pct_of_step_net_of_capture": round(share, 2)})},
-        top=_top_gaps(ctx, (tl.cause == CAUSES.index("host_launch")) & (tl.blamed_ns == 0)
-                      & (tl.gap_end - tl.gap_start <= LAUNCH_GAP_MAX_NS)),
+        top=top,
     )
