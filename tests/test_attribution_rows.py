@@ -127,3 +127,12 @@ def test_the_columns_kept_as_codes_read_as_the_strings(path: Path) -> None:
         uniq, inv = a.codes(name)
         ref_u, ref_inv = np.unique(col.astype(object), return_inverse=True)
         assert uniq.tolist() == ref_u.tolist() and np.array_equal(inv, ref_inv.reshape(-1)), name
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 1 << 20])
+def test_linked_rows_a_block_at_a_time(block: int) -> None:
+    from dnnprof.analysis.attribution import _rows_where_linked
+
+    fwd = np.array([-1, 4, -1, -1, 0, 7, -1, 2, -1], dtype=np.int32)
+    np.testing.assert_array_equal(_rows_where_linked(fwd, block), np.flatnonzero(fwd >= 0))
+    assert _rows_where_linked(fwd[:0], block).size == 0

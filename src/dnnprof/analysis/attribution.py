@@ -363,6 +363,16 @@ def _op_features(profile: Profile, launching: np.ndarray | None = None) -> dict[
     return out
 
 
+def _rows_where_linked(fwd_row: np.ndarray, block_rows: int = 1 << 20) -> np.ndarray:
+    """Rows whose ``fwd_row`` is set, a block at a time (a big trace's ops are tens of millions; their mapped
+    column's pages are given back after each block)."""
+    parts = []
+    for lo in range(0, fwd_row.size, block_rows):
+        parts.append(lo + np.flatnonzero(fwd_row[lo:lo + block_rows] >= 0))
+        release_pages_of(fwd_row)
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
 def _fwd_links(profile: Profile, ops: dict[str, np.ndarray], keep: np.ndarray | None, name_id: np.ndarray,
                fwd_row: np.ndarray, parent: np.ndarray,
                is_marker: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
@@ -375,7 +385,7 @@ def _fwd_links(profile: Profile, ops: dict[str, np.ndarray], keep: np.ndarray | 
         linked_rows = np.flatnonzero(fwd_own >= 0)
         par = parent[linked_rows]
     else:  # a node op need not be a feature row (it may launch nothing): they are found among every op
-        linked_rows = np.flatnonzero(ops["fwd_row"] >= 0)
+        linked_rows = _rows_where_linked(ops["fwd_row"])
         par = gather(ops["parent_row"], linked_rows)
         annot = gather(ops["category"], linked_rows) == OP_CATEGORIES.index("user_annotation")
         par[is_marker(gather(ops["name_id"], linked_rows), annot)] = -1

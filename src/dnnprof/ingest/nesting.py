@@ -42,9 +42,7 @@ def nest(t: dict[str, np.ndarray]) -> None:
     if n == 0:
         return
     rows32 = np.int32 if n < 2**31 else np.int64
-    order = np.argsort(t["tid"], kind="stable").astype(rows32)  # rows grouped by thread, in row order within one
-    threads = distinct(t["tid"])
-    release_pages_of(t["tid"])  # a big trace's mapped columns: read whole, then a block's rows at a time
+    order, _, threads = _by_thread(t["tid"])  # rows grouped by thread, in row order within one
     depth = np.empty(n, dtype=rows32)  # by row; the table's column is narrower
     blocks = _blocks(t, order, threads, _NEST_ROWS)
     for a, b in zip(blocks[:-1].tolist(), blocks[1:].tolist(), strict=True):
@@ -286,6 +284,21 @@ def _walk_threads(starts: list[int], ends: list[int], thread: list[int]) -> tupl
     return np.array(parent, dtype=np.int64), np.array(depth, dtype=np.int64)
 
 
+def _by_thread(tid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, ends, threads): the rows grouped by thread (threads in id order), in row order within one, without a
+    sort of every row (:func:`~dnnprof.ingest.row_groups.rows_by_group`); where each thread's rows end; the
+    distinct thread ids. A big trace's mapped column is read a block at a time."""
+    threads = distinct(tid)
+
+    def codes(lo: int, hi: int) -> np.ndarray:
+        out = np.searchsorted(threads, tid[lo:hi])
+        release_pages_of(tid)
+        return out
+
+    rows, ends = rows_by_group(tid.size, threads.size, codes, _QUERY_ROWS)
+    return rows, ends, threads
+
+
 class ThreadRows:
     """The rows of an ops table grouped by thread, as one ascending column of keys ``k * (rows + 1) + row`` for the
     row's thread ``threads[k]`` (threads in id order, rows in order within each): "the last row of a thread at or
@@ -293,17 +306,9 @@ class ThreadRows:
     4 bytes a row when the keys fit in 32 bits, else 8."""
 
     def __init__(self, ops: dict[str, np.ndarray]) -> None:
-        tid = ops["tid"]
-        n = tid.size
-        self.threads = distinct(tid)
+        n = ops["tid"].size
+        rows, ends, self.threads = _by_thread(ops["tid"])
         self.width = n + 1
-
-        def codes(lo: int, hi: int) -> np.ndarray:
-            out = np.searchsorted(self.threads, tid[lo:hi])
-            release_pages_of(tid)
-            return out
-
-        rows, ends = rows_by_group(n, self.threads.size, codes, _QUERY_ROWS)
         self.keys = rows.astype(np.int32 if self.threads.size * self.width < 2**31 else np.int64, copy=False)
         for lo in range(0, n, _QUERY_ROWS):  # each position's thread, a block at a time
             at = np.arange(lo, min(lo + _QUERY_ROWS, n))
