@@ -84,3 +84,13 @@ def test_a_table_over_categories_is_their_columns_end_to_end(tmp_path: Path, mon
         np.testing.assert_array_equal(table.pop(col), want)
         assert col not in table
     spill.close()
+
+
+def test_a_chunk_with_other_columns_is_refused(tmp_path: Path) -> None:
+    spill = SpilledColumns(tmp_path / "s")
+    spill.append("kernel", {"ts": np.zeros(2), "name": np.zeros(2, dtype=np.int32)})
+    with pytest.raises(ValueError, match="kernel: a chunk's columns"):
+        spill.append("kernel", {"ts": np.zeros(2)})  # a column missing
+    with pytest.raises(ValueError, match="kernel: a chunk's columns"):
+        spill.append("kernel", {"ts": np.zeros(2), "name": np.zeros(2, dtype=np.int64)})  # another type
+    spill.close()

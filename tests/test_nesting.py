@@ -156,6 +156,20 @@ def test_innermost_op_looked_up_a_block_of_times_at_a_time(block: int, monkeypat
     _check(_table(tid, start, dur), [queries])
 
 
+@pytest.mark.parametrize("block", [1, 2, 1 << 17])
+def test_ops_out_of_order_of_start_are_refused(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lookup searches the starts of every thread at once: ops in order on each thread but not across threads
+    would give an outer op, so they are refused with a clear error."""
+    from dnnprof.ingest import nesting
+
+    monkeypatch.setattr(nesting, "_QUERY_ROWS", block)
+    t = empty_table("ops", 3)
+    t["tid"][:], t["start_ns"][:], t["dur_ns"][:] = [1, 2, 1], [0, 200, 10], [100, 50, 20]
+    t["parent_row"][:] = [-1, -1, 0]
+    with pytest.raises(ValueError, match="not in order of start"):
+        innermost_enclosing(t, np.array([1]), np.array([20]))
+
+
 def test_thread_keys_beyond_32_bits_and_a_shared_index() -> None:
     """Keys of 64 bits when threads × rows pass 2**31 (50,000 ops, each on its own thread, and a few threads of
     many ops), and one ThreadRows shared by several lookups: the stack walk's answers."""

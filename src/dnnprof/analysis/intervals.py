@@ -40,8 +40,8 @@ def merge(starts: np.ndarray, ends: np.ndarray, spend_ends: bool = False) -> tup
 def union_ns(blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> int | None:
     """Length of the union of [start, end) intervals given a block at a time in order of start (each block in
     order, none starting before the previous block's last start): ``merge``'s total, with the memory of one block.
-    Each block's ends are spent (written over). None when a block breaks that order (the caller merges the whole
-    then)."""
+    The blocks' columns of ends may be written over. None when a block breaks that order (the caller merges the
+    whole then)."""
     total, carried, last = 0, None, None  # carried: the last merged interval so far, which the next block may extend
     for s, e in blocks:
         if s.size == 0:

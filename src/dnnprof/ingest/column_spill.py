@@ -1,6 +1,5 @@
-"""Columns of a trace being read, appended to files as the chunks arrive, read back one column at a time.
-
-A category's chunks are held until they come to a megabyte, then written a column at a time.
+"""Columns of a trace being read, appended to files as the chunks arrive (a category's chunks held until they come
+to a megabyte, then written a column at a time), read back one column at a time.
 
 A big trace's columns then do not sit in memory until the end of the read: each category's column is one raw
 file (``<category>.<column>.bin``, native byte order) in a private folder, and building a table loads one of its
@@ -20,14 +19,15 @@ from dnnprof.model.mapped_columns import mapped_column, mapped_file, release_pag
 
 #: Columns holding local string ids (renumbered when another reader's columns are appended).
 NAME_COLUMNS = ("name", "module", "stack", "dims")
-_COPY_ROWS = 1 << 20  # rows per block when renumbering another reader's names
+_COPY_ROWS = 1 << 20  # rows per block when renumbering another reader's names or putting a table's column together
 #: A category's chunks are held until they come to this many bytes, then written one column at a time: one write
 #: per column and block rather than per chunk (a chunk's columns are a few KB each).
 _FLUSH_BYTES = 1 << 20
 
 
 class SpilledColumns:
-    """Per-category columns on disk, in the order they were appended."""
+    """Per-category columns on disk (the last megabyte or so of each category held in memory until written), in the
+    order they were appended. Every chunk of a category has the same columns, of the same types."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -57,8 +57,9 @@ class SpilledColumns:
 
     def append(self, cat: str, cols: dict[str, np.ndarray]) -> None:
         """Append one chunk's columns of category ``cat`` (all of the same length)."""
-        if cat not in self.layout:
-            self.layout[cat] = {col: (a.dtype.str, a.shape[1:]) for col, a in cols.items()}
+        layout = {col: (a.dtype.str, a.shape[1:]) for col, a in cols.items()}
+        if self.layout.setdefault(cat, layout) != layout:
+            raise ValueError(f"{cat}: a chunk's columns {layout} are not the category's {self.layout[cat]}")
         self._held.setdefault(cat, []).append(cols)
         held = self._held_bytes[cat] = self._held_bytes.get(cat, 0) + sum(a.nbytes for a in cols.values())
         self.rows[cat] = self.rows.get(cat, 0) + next(iter(cols.values())).shape[0]

@@ -306,6 +306,12 @@ class ThreadRows:
     4 bytes a row when the keys fit in 32 bits, else 8."""
 
     def __init__(self, ops: dict[str, np.ndarray]) -> None:
+        starts = ops["start_ns"]
+        for lo in range(0, starts.size, _QUERY_ROWS):  # the lookups search the starts: they must be in order
+            block = starts[max(lo - 1, 0):lo + _QUERY_ROWS]
+            if not bool((block[1:] >= block[:-1]).all()):
+                raise ValueError("ops not in order of start: sort them as the readers do (by start, the longer first)")
+            release_pages_of(starts)
         n = ops["tid"].size
         rows, ends, self.threads = _by_thread(ops["tid"])
         self.width = n + 1

@@ -28,7 +28,8 @@ _SAMPLES_PER_BUCKET = 256
 def start_order(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """Row positions ordered by ``start``, then by ``dur`` from the longest, then by position: int32 when the
     rows are fewer than 2**31. ``start`` and ``dur`` may be mapped columns: read a block at a time, their pages
-    given back. Neither may hold NaN (the readers drop events without a start and read a missing duration as 0)."""
+    given back. A bucket holds every row of its range of starts: when most rows start together, it is most of them
+    (correct still, with a bucket's temporaries for that many rows)."""
     n = start.shape[0]
     index = np.int32 if n < 2**31 else np.int64
     if n < max(BUCKET_ROWS, 2):
