@@ -69,11 +69,11 @@ def test_self_check_reads_a_block_of_rows_at_a_time(block: int, monkeypatch: pyt
     monkeypatch.setattr(mod, "_CHECK_ROWS", block)
     for n in range(0, 9):
         up = np.arange(n)
-        assert mod._in_order(up)
+        assert mod.in_order(up)
         for i in range(1, n):  # one step down anywhere, block boundaries included
             down = up.copy()
             down[i] = down[i - 1] - 1
-            assert not mod._in_order(down), (n, i)
+            assert not mod.in_order(down), (n, i)
     col = np.array([3, -1, 3, 7, 0, -1, 7, 2])
     assert mod._distinct(col).tolist() == np.unique(col).tolist()
     assert mod._distinct(col[:0]).size == 0

@@ -160,9 +160,9 @@ def test_innermost_op_looked_up_a_block_of_times_at_a_time(block: int, monkeypat
 def test_ops_out_of_order_of_start_are_refused(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The lookup searches the starts of every thread at once: ops in order on each thread but not across threads
     would give an outer op, so they are refused with a clear error."""
-    from dnnprof.ingest import nesting
+    from dnnprof.model import profile
 
-    monkeypatch.setattr(nesting, "_QUERY_ROWS", block)
+    monkeypatch.setattr(profile, "_CHECK_ROWS", block)  # the order is checked a block at a time
     t = empty_table("ops", 3)
     t["tid"][:], t["start_ns"][:], t["dur_ns"][:] = [1, 2, 1], [0, 200, 10], [100, 50, 20]
     t["parent_row"][:] = [-1, -1, 0]

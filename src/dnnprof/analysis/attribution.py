@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dnnprof.analysis.factorize import unique_strings
-from dnnprof.model.mapped_columns import gather, release_pages, release_pages_of
+from dnnprof.model.mapped_columns import gather, release_pages, release_pages_of, rows_where
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
 
@@ -366,11 +366,7 @@ def _op_features(profile: Profile, launching: np.ndarray | None = None) -> dict[
 def _rows_where_linked(fwd_row: np.ndarray, block_rows: int = 1 << 20) -> np.ndarray:
     """Rows whose ``fwd_row`` is set, a block at a time (a big trace's ops are tens of millions; their mapped
     column's pages are given back after each block)."""
-    parts = []
-    for lo in range(0, fwd_row.size, block_rows):
-        parts.append(lo + np.flatnonzero(fwd_row[lo:lo + block_rows] >= 0))
-        release_pages_of(fwd_row)
-    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+    return rows_where(fwd_row.size, lambda lo, hi: fwd_row[lo:hi] >= 0, fwd_row, block_rows=block_rows)
 
 
 def _fwd_links(profile: Profile, ops: dict[str, np.ndarray], keep: np.ndarray | None, name_id: np.ndarray,

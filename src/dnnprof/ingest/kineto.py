@@ -42,7 +42,12 @@ from dnnprof.ingest.nesting import distinct
 from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, read_pieces, split_events
 from dnnprof.ingest.vendor import vendor_of_events, vendor_of_name
 from dnnprof.model.device import DeviceInfo
-from dnnprof.model.mapped_columns import large_blocks_returned_on_free, release_pages, release_pages_of
+from dnnprof.model.mapped_columns import (
+    large_blocks_returned_on_free,
+    release_pages,
+    release_pages_of,
+    rows_where,
+)
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import OP_CATEGORIES
 from dnnprof.model.steps import assign_steps
@@ -657,12 +662,10 @@ def _profiler_steps(profile: Profile, rank: int) -> None:
     step_ids = np.array([i for i, s in enumerate(profile.strings) if s.startswith("ProfilerStep#")], dtype=np.int32)
     if step_ids.size == 0:
         return
-    annotation, block, parts = OP_CATEGORIES.index("user_annotation"), 1 << 20, []
-    for lo in range(0, ops["name_id"].size, block):  # a big trace's ops are tens of millions: a block at a time
-        parts.append(lo + np.flatnonzero((ops["category"][lo:lo + block] == annotation)
-                                         & np.isin(ops["name_id"][lo:lo + block], step_ids)))
-        release_pages_of(ops["category"], ops["name_id"])
-    rows = np.concatenate(parts)
+    annotation = OP_CATEGORIES.index("user_annotation")
+    rows = rows_where(ops["name_id"].size,  # a big trace's ops are tens of millions: a block at a time
+                      lambda lo, hi: (ops["category"][lo:hi] == annotation) & np.isin(ops["name_id"][lo:hi], step_ids),
+                      ops["category"], ops["name_id"])
     if rows.size == 0:
         return
     numbers = np.array([_int(profile.strings[i].rsplit("#", 1)[1], -1) for i in ops["name_id"][rows].tolist()],

@@ -350,7 +350,8 @@ class EventColumns:
         done()
         out["runtime"] = runtime = self._runtime(rank)
         self._wait()
-        threads = ThreadRows(out["ops"]) if out["ops"]["tid"].size else None  # for the launches and the flows
+        looked_up = runtime["tid"].size or len(self.flows)
+        threads = ThreadRows(out["ops"]) if out["ops"]["tid"].size and looked_up else None  # launches and flows
         runtime["op_row"][:] = innermost_enclosing(out["ops"], runtime["tid"], runtime["start_ns"],
                                                    self._pool_for(runtime["tid"].size), threads)
         fwdbwd(out["ops"], self.flows, threads)

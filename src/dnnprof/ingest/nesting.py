@@ -21,6 +21,7 @@ import numpy as np
 
 from dnnprof.ingest.row_groups import rows_by_group
 from dnnprof.model.mapped_columns import release_pages, release_pages_of
+from dnnprof.model.profile import in_order
 
 #: How far a child may outlive the op it starts in and still be its child (timestamp rounding, clock jitter).
 CROSSING_TOLERANCE_NS = 1_000
@@ -306,12 +307,8 @@ class ThreadRows:
     4 bytes a row when the keys fit in 32 bits, else 8."""
 
     def __init__(self, ops: dict[str, np.ndarray]) -> None:
-        starts = ops["start_ns"]
-        for lo in range(0, starts.size, _QUERY_ROWS):  # the lookups search the starts: they must be in order
-            block = starts[max(lo - 1, 0):lo + _QUERY_ROWS]
-            if not bool((block[1:] >= block[:-1]).all()):
-                raise ValueError("ops not in order of start: sort them as the readers do (by start, the longer first)")
-            release_pages_of(starts)
+        if not in_order(ops["start_ns"]):  # the lookups search the starts of every thread at once
+            raise ValueError("ops not in order of start: sort them as the readers do (by start, the longer first)")
         n = ops["tid"].size
         rows, ends, self.threads = _by_thread(ops["tid"])
         self.width = n + 1

@@ -15,6 +15,7 @@ import mmap
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,17 @@ def gather(column: np.ndarray, rows: np.ndarray, block_rows: int = 1 << 20) -> n
         out[a:a + block_rows] = column[rows[a:a + block_rows]]
         release_pages_of(column)
     return out
+
+
+def rows_where(n: int, test: Callable[[int, int], np.ndarray], *columns: np.ndarray,
+               block_rows: int = 1 << 20) -> np.ndarray:
+    """The positions among ``n`` rows where ``test(lo, hi)``, a mask of rows ``lo`` to ``hi``, holds: a block of
+    rows at a time, giving back the pages of the mapped ``columns`` the test reads after each block."""
+    parts = [np.empty(0, dtype=np.int64)]
+    for lo in range(0, n, block_rows):
+        parts.append(lo + np.flatnonzero(test(lo, min(lo + block_rows, n))))
+        release_pages_of(*columns)
+    return np.concatenate(parts)
 
 
 def release_pages_of(*columns: np.ndarray) -> None:

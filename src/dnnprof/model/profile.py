@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from dnnprof.model.device import DeviceInfo
-from dnnprof.model.mapped_columns import release_pages
+from dnnprof.model.mapped_columns import release_pages, release_pages_of
 from dnnprof.model.outputs import OutputError, check_parent, replace_dir, temp_dir_beside
 from dnnprof.model.schema import TABLES, empty_table
 
@@ -184,7 +184,7 @@ class Profile:
                     release_pages()
             ordered = {"kernels": "start_ns", "memcpy": "start_ns", "memset": "start_ns", "ops": "start_ns",
                        "runtime": "start_ns", "memory_events": "ts_ns"}.get(name)
-            if ordered and not _in_order(t[ordered]):
+            if ordered and not in_order(t[ordered]):
                 problems.append(f"{name}: rows are not ordered by {ordered}")
             release_pages()
         steps = self.tables["steps"]
@@ -390,12 +390,14 @@ def concat_tables(parts: Iterable[Table]) -> Table:
     return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
 
 
-def _in_order(column: np.ndarray) -> bool:
+def in_order(column: np.ndarray) -> bool:
     """Whether the column never decreases, a block of rows at a time (a big trace's columns are tens of millions
-    of rows: no difference of every row at once)."""
+    of rows: no difference of every row at once; a mapped column's pages are given back after each block)."""
     for a in range(0, column.size - 1, _CHECK_ROWS):
         block = column[a:a + _CHECK_ROWS + 1]  # one row of overlap: the step between blocks is checked too
-        if bool((block[1:] < block[:-1]).any()):
+        ok = not bool((block[1:] < block[:-1]).any())
+        release_pages_of(column)
+        if not ok:
             return False
     return True
 
