@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from dnnprof.model.mapped_columns import release_pages_of
+
 #: Row links: column → the table whose rows it counts (-1 = none).
 ROW_LINKS = {"launch_row": "runtime", "op_row": "ops", "parent_row": "ops", "fwd_row": "ops",
              "kernel_row": "kernels"}
@@ -169,6 +171,7 @@ def link_problem(tables: dict[str, dict[str, np.ndarray]], strings: int, folder:
             else:
                 continue
             lo, hi = int(values.min()), int(values.max())
+            release_pages_of(values)  # a big table's mapped column: read whole once
             if lo < -1 or hi >= size:
                 bad = hi if hi >= size else lo
                 gone = " (the file is missing)" if target in missing else ""
@@ -193,6 +196,7 @@ def code_problem(tables: dict[str, dict[str, np.ndarray]], folder: Path) -> str 
             if not isinstance(names, tuple):
                 continue
             lo, hi = int(values.min()), int(values.max())
+            release_pages_of(values)
             if lo < -1 or hi >= len(names):  # -1: unknown (a memory event without its device type)
                 bad = hi if hi >= len(names) else lo
                 return (f"{folder / (name + '.parquet')}: {c.name} holds {bad}, which is none of the "

@@ -212,12 +212,13 @@ class Profile:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from dnnprof.model.table_files import write_table as _write_table
+
         target = check_save_target(directory, force=force)
         tmp = temp_dir_beside(target)
         try:
             for name, t in self.tables.items():
-                pq.write_table(pa.table({c: pa.array(v) for c, v in t.items()}), tmp / f"{name}.parquet",
-                               compression="zstd")
+                _write_table(t, tmp / f"{name}.parquet")
             pq.write_table(pa.table({"id": pa.array(np.arange(len(self.strings), dtype=np.int32)),
                                      "value": pa.array(self.strings, type=pa.string())}),
                            tmp / "strings.parquet", compression="zstd")
@@ -236,9 +237,8 @@ class Profile:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Profile:
-        """Read a directory written by :meth:`save`."""
-        import pyarrow.parquet as pq
-
+        """Read a directory written by :meth:`save` (a big table into mapped columns: see
+        :mod:`dnnprof.model.table_files`)."""
         d = Path(directory)
         meta_path = d / _META_FILE
         if not meta_path.is_file():
@@ -265,38 +265,21 @@ class Profile:
         if doc.get("format") != PROFILE_FORMAT:
             raise ProfileError(f"{d}: profile format {str(doc.get('format'))[:60]!r}, this dnnprof reads "
                                f"{PROFILE_FORMAT}")
-        import pyarrow as pa
-
-        def read(path: Path) -> Any:
-            try:
-                return pq.ParquetFile(path, memory_map=True).read()  # lighter than read_table (no dataset layer)
-            except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
-                raise ProfileError(f"{path}: unreadable Parquet ({check.one_line(e)})") from None
+        from dnnprof.model.table_files import mapped_read, read_table, read_whole
 
         tables: dict[str, Table] = {}
         missing: list[str] = []
-        for name, cols in TABLES.items():
-            path = d / f"{name}.parquet"
+        paths = {name: d / f"{name}.parquet" for name in TABLES}
+        mapped = mapped_read(p for p in paths.values() if p.is_file())
+        for name, path in paths.items():
             if not path.is_file():
                 tables[name] = empty_table(name)
                 missing.append(name)
                 continue
-            pt = read(path)
-            t = empty_table(name, pt.num_rows)
-            for c in cols:
-                if c.name in pt.column_names:
-                    column = pt.column(c.name)
-                    problem = check.column_problem(column, c.dtype)
-                    values = None
-                    if problem is None:
-                        values, problem = check.converted(column.to_numpy(zero_copy_only=False), c.dtype)
-                    if problem is not None or values is None:
-                        raise ProfileError(f"{path}: column {c.name} {problem}")
-                    t[c.name] = values
-            tables[name] = t
+            tables[name] = read_table(name, path, ProfileError, mapped)
         if not (d / "strings.parquet").is_file():
             raise ProfileError(f"{d}: not a complete dnnprof profile (no strings.parquet)")
-        st = read(d / "strings.parquet")
+        st = read_whole(d / "strings.parquet", ProfileError)
         if "value" not in st.column_names:
             raise ProfileError(f"{d / 'strings.parquet'}: no column value")
         problem = check.strings_problem(st.column("value"))
