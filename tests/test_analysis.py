@@ -198,6 +198,26 @@ def test_host_ops_summed_a_block_of_rows_at_a_time(block: int, monkeypatch: pyte
     assert mod.host_ops(p) == whole
 
 
+@pytest.mark.parametrize("block", [1, 5, 64, 1 << 20])
+def test_host_ops_with_parents_after_their_children(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A saved profile's rows may come in any order: children's time reaches parents in any block, before or
+    after theirs."""
+    from dnnprof.analysis import host_ops as mod
+
+    p = read_kineto(CPU_MLP)
+    whole = mod.host_ops(p)
+    ops = p.tables["ops"]
+    order = np.arange(ops["start_ns"].size)[::-1]  # every parent after its children
+    new_row = np.empty_like(order)
+    new_row[order] = np.arange(order.size)
+    flipped = {c: v[order] for c, v in ops.items()}
+    flipped["parent_row"] = np.where(flipped["parent_row"] >= 0, new_row[flipped["parent_row"]], -1)
+    assert (flipped["parent_row"] > np.arange(order.size)).any()
+    p.tables["ops"] = flipped
+    monkeypatch.setattr(mod, "_BLOCK_ROWS", block)
+    assert mod.host_ops(p) == whole
+
+
 @pytest.mark.parametrize("block", [1, 2, 5, 1 << 20])
 @pytest.mark.parametrize("seed", range(6))
 def test_inherit_gives_the_nearest_labelled_ancestor_whatever_the_block(block: int, seed: int,
