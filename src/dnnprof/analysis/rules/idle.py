@@ -12,7 +12,7 @@ import numpy as np
 from dnnprof.analysis.rules.base import Finding, pct, rule, us
 from dnnprof.analysis.rules.context import Context
 from dnnprof.analysis.rules.timeline import CAUSES
-from dnnprof.model.mapped_columns import release_pages, release_pages_of
+from dnnprof.model.mapped_columns import gather, release_pages_of, rows_where
 from dnnprof.model.schema import API_KINDS
 from dnnprof.model.units import ns_brief_text
 
@@ -277,30 +277,35 @@ def launch_bound(ctx: Context) -> Finding | None:
     share = measured if net is None else pct(*net)
     if share < LAUNCH_BOUND_MIN_PCT:  # with the run's own measure: the capture's added cost does not count
         return None
+    # A big trace's kernel and runtime columns are read a block of rows at a time (model.mapped_columns).
     k = ctx.profile.tables["kernels"]
-    sel = np.flatnonzero((k["rank"] == ctx.rank) & ((k["step"] >= 0) if ctx.has_steps else True))
-    d = k["dur_ns"][sel]
+    sel = rows_where(k["start_ns"].size, lambda lo, hi: (k["rank"][lo:hi] == ctx.rank)
+                     & ((k["step"][lo:hi] >= 0) if ctx.has_steps else True), k["rank"], k["step"])
+    d = gather(k["dur_ns"], sel)
     if d.size == 0:
         return None
     short = float((d < SHORT_KERNEL_NS).mean())
     if short < LAUNCH_BOUND_MIN_SHORT_SHARE:
         return None
     rt = ctx.profile.tables["runtime"]
-    launches = np.flatnonzero((rt["rank"] == ctx.rank) & (rt["api_kind"] == API_KINDS.index("launch"))
-                              & ((rt["step"] >= 0) if ctx.has_steps else True))
-    launch_us = float(rt["dur_ns"][launches].mean() / 1e3) if launches.size else None
-    graphs = int((k["graph_id"][sel] >= 0).sum())
-    lr = k["launch_row"][sel]
-    by_graph = k["graph_id"][sel] >= 0
+    launch = API_KINDS.index("launch")
+    launches = rows_where(rt["start_ns"].size, lambda lo, hi: (rt["rank"][lo:hi] == ctx.rank)
+                          & (rt["api_kind"][lo:hi] == launch) & ((rt["step"][lo:hi] >= 0) if ctx.has_steps else True),
+                          rt["rank"], rt["api_kind"], rt["step"])
+    launch_us = float(gather(rt["dur_ns"], launches).mean() / 1e3) if launches.size else None
+    del launches
+    by_graph = gather(k["graph_id"], sel) >= 0
+    graphs = int(by_graph.sum())
     if rt["api_kind"].size:  # launched by a cudaGraphLaunch (Kineto often records no graph id on replays)
-        by_graph |= (lr >= 0) & (rt["api_kind"][np.clip(lr, 0, rt["api_kind"].size - 1)]
+        lr = gather(k["launch_row"], sel)
+        by_graph |= (lr >= 0) & (gather(rt["api_kind"], np.clip(lr, 0, rt["api_kind"].size - 1))
                                  == API_KINDS.index("graph_launch"))
+        del lr
     graph_pct = 100.0 * float(d[by_graph].sum()) / float(d.sum()) if d.sum() else 0.0
     in_graphs = graph_pct >= 100.0 * GRAPH_LAUNCHED_MIN_SHARE
     per_step = d.size / ctx.n_windows
     median_us = float(np.median(d)) / 1e3
-    del sel, d, launches, lr, by_graph
-    release_pages()  # a big trace's kernel and runtime columns, read whole above, before the gaps' op lookups
+    del sel, d, by_graph
     top = _top_gaps(ctx, (tl.cause == CAUSES.index("host_launch")) & (tl.blamed_ns == 0)
                     & (tl.gap_end - tl.gap_start <= LAUNCH_GAP_MAX_NS))
     if in_graphs:
