@@ -75,7 +75,6 @@ class Timeline:
     cause: np.ndarray  # per gap: index into CAUSES for the non-dataloader part
     blamed_ns: np.ndarray  # per gap: part charged to a blocking call
     calls: list[BlockingCall] = field(default_factory=list)
-    launch_lead_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
     @property
     def rest_ns(self) -> np.ndarray:
@@ -123,11 +122,24 @@ def build_timeline(ctx: Context) -> Timeline:
         lo, hi = np.array([act_s.min()]), np.array([me.max()])  # the union's end is the latest activity's
     parts = [gaps(ms, me, int(a), int(b)) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
     del ms, me
-    gs = np.concatenate([x[0] for x in parts]).astype(np.int64)
-    ge = np.concatenate([x[1] for x in parts]).astype(np.int64)
+    gs = np.concatenate([x[0] for x in parts]).astype(np.int64, copy=False)
+    ge = np.concatenate([x[1] for x in parts]).astype(np.int64, copy=False)
     del parts
     order = np.argsort(gs, kind="stable")
     gs, ge = gs[order], ge[order]
+    del order
+
+    # Which activity ends each gap, and was it launched after the GPU ran dry? And the launch lead before each gap.
+    # First, so that the activities' columns (millions in a big trace) are dropped before the per-gap ones are made.
+    nxt = np.searchsorted(act_s, ge, side="left")
+    has_next = nxt < act_s.size
+    launched = np.where(has_next, act_l[np.clip(nxt, 0, act_s.size - 1)], -1)
+    host_launch = has_next & (launched > gs)
+    del nxt, has_next, launched
+    lead = np.where(act_l >= 0, act_s - act_l, -1)
+    del act_l
+    run_lead = _lead_before(act_s, lead, gs, ge)
+    del act_s, lead
 
     dl_s, dl_e = merge(*dataloader_ranges(p, rank))
     dl = covered_per_window(dl_s, dl_e, gs, ge) if dl_s.size else np.zeros(gs.size, np.int64)
@@ -136,13 +148,6 @@ def build_timeline(ctx: Context) -> Timeline:
     release_pages()  # the runtime table's pages, read for the calls
     cs = np.array([c.start_ns for c in calls], dtype=np.int64)
     ce = np.array([c.end_ns for c in calls], dtype=np.int64)
-
-    # Which activity ends each gap, and was it launched after the GPU ran dry?
-    nxt = np.searchsorted(act_s, ge, side="left")
-    has_next = nxt < act_s.size
-    launched = np.where(has_next, act_l[np.clip(nxt, 0, act_s.size - 1)], -1)
-    host_launch = has_next & (launched > gs)
-    del nxt, has_next, launched
     # The blocking call in flight when the GPU ran dry (started before gs + tol, ended after gs - tol).
     direct = np.full(gs.size, -1, dtype=np.int64)
     if cs.size:
@@ -154,14 +159,12 @@ def build_timeline(ctx: Context) -> Timeline:
         del j, run_end, run_arg, ok
     cause = np.full(gs.size, CAUSES.index("other"), dtype=np.int8)
     cause[host_launch] = CAUSES.index("host_launch")
+    del host_launch
     cause[direct >= 0] = CAUSES.index("sync")
     rest = ge - gs - dl
     blamed = np.zeros(gs.size, dtype=np.int64)
-    lead = np.where(act_l >= 0, act_s - act_l, -1)
-    del act_l
-    run_lead = _lead_before(act_s, lead, gs, ge)
     _charge(calls, gs, ge, rest, cause, direct, blamed, run_lead)
-    return Timeline(gs, ge, dl, cause, blamed, calls, lead)
+    return Timeline(gs, ge, dl, cause, blamed, calls)
 
 
 def _lead_before(act_s: np.ndarray, lead: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
@@ -169,15 +172,17 @@ def _lead_before(act_s: np.ndarray, lead: np.ndarray, gs: np.ndarray, ge: np.nda
     out = np.full(gs.size, -1, dtype=np.int64)
     if gs.size == 0 or lead.size == 0:
         return out
-    prev_end = np.concatenate([[np.iinfo(np.int64).min], ge[:-1]])
-    lo = np.searchsorted(act_s, prev_end, side="left")
+    lo = np.empty(gs.size, dtype=np.intp)  # the first activity since the previous gap's end
+    lo[0] = 0
+    lo[1:] = np.searchsorted(act_s, ge[:-1], side="left")
     hi = np.searchsorted(act_s, gs, side="left")
     # Segments [lo_g, lo_g+1) hold the same activities as [lo_g, hi_g): none starts inside a gap.
     seg = np.maximum.reduceat(lead, np.minimum(lo, lead.size - 1))
     last = gs.size - 1
     if hi[last] > lo[last]:
         seg[last] = lead[lo[last]:hi[last]].max()
-    return np.where(hi > lo, seg, -1)
+    seg[hi <= lo] = -1
+    return seg
 
 
 def _running_argmax(x: np.ndarray) -> np.ndarray:
