@@ -195,7 +195,7 @@ def _jump_pointers(lab: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 
 #: Rows :func:`inherit` updates at once.
-_INHERIT_ROWS = 1 << 20
+_INHERIT_ROWS = 1 << 18
 _INT32_MAX = 2**31 - 1
 
 
@@ -228,7 +228,9 @@ def _positions(rows: np.ndarray | None, of: np.ndarray) -> np.ndarray:
     -1 stays -1. ``rows`` None: every op is a feature row, so a row is its own position."""
     if rows is None:
         return of
-    out = np.searchsorted(rows, of).astype(rows.dtype)
+    out = np.empty(of.size, dtype=rows.dtype)
+    for a in range(0, of.size, _INHERIT_ROWS):  # a block at a time: searchsorted's answers are 64-bit
+        out[a:a + _INHERIT_ROWS] = np.searchsorted(rows, of[a:a + _INHERIT_ROWS])
     out[of < 0] = -1
     return out
 
@@ -261,14 +263,36 @@ def _op_features(profile: Profile, launching: np.ndarray | None = None) -> dict[
     def names(rows: np.ndarray) -> np.ndarray:  # the names of some ops (an object column of every op is 8 B a row)
         return profile.names(name_id[rows])
 
-    # Own module label (a string id), -1 when the op is not a module range.
-    own_module = np.full(n, -1, dtype=np.int32)
     is_annot = cat == OP_CATEGORIES.index("user_annotation")
     is_py = cat == OP_CATEGORIES.index("python_function")
     del cat
     dn = is_annot & flag(lambda s: s.startswith(MODULE_RANGE_PREFIX))  # a big trace's ops are tens of millions:
-    # every column here is dropped once spent
+    # every column here is made when needed and dropped once spent
     tm = is_py & flag(lambda s: s.startswith(_TORCH_MODULE_PREFIX))
+
+    # A step's own marker range (ProfilerStep#N, or a repeating NVTX range an nsys export's steps were cut from).
+    # By name, one test of each distinct id (np.isin of tens of millions of ids takes 14 bytes of temporaries each).
+    marker_names = set(profile.distinct_names(profile.tables["steps"]["name_id"])) - {""}
+
+    def is_marker(ids: np.ndarray, annot: np.ndarray) -> np.ndarray:
+        return annot & profile.name_tests(ids)(lambda s: s.startswith(_STEP_PREFIXES) or s in marker_names)
+
+    step_marker = is_marker(name_id, is_annot)
+    del is_annot
+    # Phases, layers and source lines are inherited within a step, never across its marker.
+    parent = np.where(step_marker, -1, parent)
+    optimizer_own = flag(lambda s: s.startswith(_OPTIMIZER_PREFIXES))
+    backward_own = flag(lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (col("fwd_row") >= 0)
+    release_pages()  # a big trace's mapped columns (model.mapped_columns): what follows works on these copies
+    # the closure cut reads the backward ops of the whole rank, launching or not
+    backward_all = backward_own if keep is None or not optimizer_own.any() else (
+        profile.name_tests(ops["name_id"])(lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0))
+    release_pages_of(ops["name_id"], ops["fwd_row"])  # read whole (a big trace's mapped columns)
+    optimizer, closure = _optimizer_after_closure(ops, parent, optimizer_own, backward_all, keep)
+    del optimizer_own, backward_all
+    release_pages()
+    # Own module label (a string id), -1 when the op is not a module range.
+    own_module = np.full(n, -1, dtype=np.int32)
     for sel, fmt in ((dn, _dnnprof_layer), (tm, lambda s: s[len(_TORCH_MODULE_PREFIX):])):
         idx = np.flatnonzero(sel)
         if idx.size:
@@ -280,29 +304,6 @@ def _op_features(profile: Profile, launching: np.ndarray | None = None) -> dict[
     if hier.size:
         own_module[hier] = module_id[hier]
     del module_id, hier
-
-    # A step's own marker range (ProfilerStep#N, or a repeating NVTX range an nsys export's steps were cut from).
-    marker_ids = profile.tables["steps"]["name_id"]
-    marker_ids = marker_ids[marker_ids >= 0]
-
-    def is_marker(ids: np.ndarray, annot: np.ndarray) -> np.ndarray:
-        return annot & (profile.name_tests(ids)(lambda s: s.startswith(_STEP_PREFIXES)) | np.isin(ids, marker_ids))
-
-    step_marker = is_marker(name_id, is_annot)
-    del is_annot
-    # Phases, layers and source lines are inherited within a step, never across its marker.
-    parent = np.where(step_marker, -1, parent)
-    optimizer_own = flag(lambda s: s.startswith(_OPTIMIZER_PREFIXES))
-    fwd_row = col("fwd_row")
-    backward_own = flag(lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (fwd_row >= 0)
-    release_pages()  # a big trace's mapped columns (model.mapped_columns): what follows works on these copies
-    # the closure cut reads the backward ops of the whole rank, launching or not
-    backward_all = backward_own if keep is None or not optimizer_own.any() else (
-        profile.name_tests(ops["name_id"])(lambda s: any(m in s for m in _BACKWARD_MARKERS)) | (ops["fwd_row"] >= 0))
-    release_pages_of(ops["name_id"], ops["fwd_row"])  # read whole (a big trace's mapped columns)
-    optimizer, closure = _optimizer_after_closure(ops, parent, optimizer_own, backward_all, keep)
-    del optimizer_own, backward_all
-    release_pages()
     # Python frames (with_stack) are call sites, not layers: look through them for the op-level layer. So is an
     # optimizer range that ran a closure: its forward's ops are the layers, not ``Optimizer.step#``.
     transparent = step_marker | dn | tm | is_py | closure
@@ -318,8 +319,7 @@ def _op_features(profile: Profile, launching: np.ndarray | None = None) -> dict[
     backward = _inherited_flag(backward_own, parent)
     del backward_own
     dataloader = _inherited_flag(flag(lambda s: s.startswith(_DATALOADER_PREFIXES)), parent)
-    fwd_own = _fwd_links(profile, ops, keep, name_id, fwd_row, parent, is_marker)
-    del fwd_row
+    fwd_own = _fwd_links(profile, ops, keep, name_id, col("fwd_row"), parent, is_marker)
     fwd_link = inherit(_positions(keep, fwd_own), parent, in_place=True)
     del fwd_own
     module = inherit(own_module, parent, in_place=True)
