@@ -57,29 +57,39 @@ class FlowPoints:
         if not parts:
             empty = np.empty(0, dtype=np.int64)
             return empty, empty, empty, empty
-        start = np.concatenate([p[0] for p in parts])
-        keys = [p[1] for p in parts]
+        # one column at a time, each chunk's part of it dropped once joined: the points are millions
+        cols = [list(c) for c in zip(*parts, strict=True)]
+        del parts
+        start = _joined(cols[0])
+        keys = cols[1]
         if any(k.dtype == object for k in keys):  # ids that are not all int64: numbered as a dict keys them
             codes: dict[Any, int] = {}
             key = np.fromiter((codes.setdefault(v, len(codes)) for k in keys for v in k.tolist()), dtype=np.int64,
                               count=start.size)
+            keys.clear()
         else:
-            key = np.concatenate(keys)
-        del keys
-        tid = np.concatenate([p[2] for p in parts])
-        ns = np.concatenate([p[3] for p in parts])
-        del parts
+            key = _joined(keys)
         s_rows = np.flatnonzero(start)
         e_rows = np.flatnonzero(~start)
         del start
         s_key, s_last = _last_of_each(key[s_rows], s_rows)
         e_key, e_last = _last_of_each(key[e_rows], e_rows)
         del key, s_rows, e_rows
+        tid = _joined(cols[2])
+        ns = _joined(cols[3])
+        del cols
         _, i_s, i_e = np.intersect1d(s_key, e_key, assume_unique=True, return_indices=True)
         fwd, bwd = s_last[i_s], e_last[i_e]
         by_end = np.argsort(bwd, kind="stable")
         fwd, bwd = fwd[by_end], bwd[by_end]
         return tid[fwd], ns[fwd], tid[bwd], ns[bwd]
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The parts joined end to end; the list is emptied, so that the parts are freed once joined."""
+    out = np.concatenate(parts)
+    parts.clear()
+    return out
 
 
 def _int_ids(ids: list[Any]) -> np.ndarray:

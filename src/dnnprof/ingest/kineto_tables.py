@@ -350,12 +350,13 @@ class EventColumns:
         done()
         out["runtime"] = runtime = self._runtime(rank)
         self._wait()
-        looked_up = runtime["tid"].size or len(self.flows)
+        pairs = self.flows.pairs()  # before the thread index: the pairing's temporaries and its keys never add up
+        looked_up = runtime["tid"].size or pairs[0].size
         threads = ThreadRows(out["ops"]) if out["ops"]["tid"].size and looked_up else None  # launches and flows
         runtime["op_row"][:] = innermost_enclosing(out["ops"], runtime["tid"], runtime["start_ns"],
                                                    self._pool_for(runtime["tid"].size), threads)
-        fwdbwd(out["ops"], self.flows, threads)
-        del threads
+        fwdbwd(out["ops"], pairs, threads)
+        del threads, pairs
         done()
         index = None  # the runtime by correlation id: made for the first linked table, dropped after the last
         for table in _GPU_TABLES:
@@ -656,10 +657,12 @@ def link_by_correlation(gpu: dict[str, np.ndarray], runtime: dict[str, np.ndarra
         release_pages_of(gpu["correlation"], gpu["launch_row"], gpu["op_row"], runtime["op_row"])
 
 
-def fwdbwd(ops: dict[str, np.ndarray], flows: FlowPoints, threads: ThreadRows | None = None) -> None:
-    """fwd_row of backward ops from `fwdbwd` flow pairs (start 's' at the forward op, end 'f' at the backward op);
-    the flow points are used up. ``threads``: the ops' rows by thread, when the caller has them."""
-    fwd_tid, fwd_ts, bwd_tid, bwd_ts = flows.pairs()
+def fwdbwd(ops: dict[str, np.ndarray], pairs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+           threads: ThreadRows | None = None) -> None:
+    """fwd_row of backward ops from `fwdbwd` flow pairs (start 's' at the forward op, end 'f' at the backward op):
+    ``pairs`` as :meth:`FlowPoints.pairs` gives them. ``threads``: the ops' rows by thread, when the caller has
+    them."""
+    fwd_tid, fwd_ts, bwd_tid, bwd_ts = pairs
     if fwd_tid.size == 0 or ops["start_ns"].size == 0:
         return
     threads = ThreadRows(ops) if threads is None else threads
