@@ -153,3 +153,40 @@ def test_released_pages_include_the_free_pages_of_the_heap_for_big_traces(big: b
         assert given_back_mb > 50  # of the ~96 MB freed
     else:
         assert given_back_mb < 10
+
+
+@pytest.mark.parametrize("block", [1, 3, 64, 1 << 20])
+@pytest.mark.parametrize("order", ["ascending", "shuffled", "repeated"])
+def test_gather_reads_the_rows_asked_for(tmp_path: Path, block: int, order: str) -> None:
+    col = mapped_columns.mapped_column(tmp_path, np.dtype(np.int64), 1000, 0)
+    col[:] = np.arange(1000) * 7
+    rng = np.random.default_rng(5)
+    rows = np.sort(rng.choice(1000, 300, replace=False))
+    if order == "shuffled":
+        rows = rng.permutation(rows)
+    elif order == "repeated":
+        rows = np.sort(np.concatenate([rows, rows[:50]]))
+    assert np.array_equal(mapped_columns.gather(col, rows, block_rows=block), col[rows])
+    assert mapped_columns.gather(col, rows[:0], block_rows=block).size == 0
+
+
+def test_gather_of_rows_spread_over_a_column_keeps_a_block_of_it_resident(tmp_path: Path) -> None:
+    """A read maps its neighbours' pages too (fault-around): ascending rows are cut where they pass each block of
+    the column's rows, so a few rows spread over all of it never map it all at once."""
+    n, block = 1 << 22, 1 << 16  # 32 MiB of int64, blocks of 512 KiB
+    col = mapped_columns.mapped_column(tmp_path, np.dtype(np.int64), n, 0)
+    col[::512] = 1  # every page written once, then given back
+    mapped_columns.release_pages_of(col)
+    rows = np.arange(0, n, 4096)  # one row in every eight pages: every fault maps the pages around it
+    seen = []
+    real = mapped_columns.release_pages_of
+
+    def measuring(*columns: np.ndarray) -> None:
+        seen.append(_resident_kb(col))
+        real(*columns)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(mapped_columns, "release_pages_of", measuring)
+        assert (mapped_columns.gather(col, rows, block_rows=block) == 1).all()
+    assert len(seen) == n // block and max(seen) <= 2 * block * 8 // 1024
+

@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dnnprof.analysis.attribution import PHASES
-from dnnprof.analysis.factorize import unique_strings
 from dnnprof.analysis.intervals import covered_per_window, merge
-from dnnprof.model.mapped_columns import release_pages, release_pages_of
+from dnnprof.model.mapped_columns import gather, release_pages, release_pages_of
 from dnnprof.model.units import ns_text
 
 if TYPE_CHECKING:
@@ -257,9 +256,9 @@ def attribution_coverage(a: Analysis, doc: dict[str, Any]) -> Check:
     ops = a.profile.tables["ops"]
     # A kernel launched straight under the step marker has no op to name it: that is no attribution failure.
     # One test per distinct name, not a string per kernel.
-    ids = ops["name_id"][np.clip(op_row, 0, None)] if ops["name_id"].size else np.full(rows.size, -1)
-    uniq, inv = unique_strings(ids, np.asarray([*a.profile.strings, ""], dtype=object))
-    step_marker = np.array([n.startswith("ProfilerStep#") for n in uniq.tolist()], dtype=bool)[inv]
+    ids = gather(ops["name_id"], np.clip(op_row, 0, None)) if ops["name_id"].size else np.full(rows.size, -1)
+    step_marker = a.profile.name_tests(ids)(lambda s: s.startswith("ProfilerStep#"))
+    del ids
     real_op = (op_row >= 0) & ~step_marker
     linked = 100.0 * float(dur[real_op].sum()) / total
     level = a.attribution.level

@@ -43,9 +43,9 @@ from dnnprof.ingest.trace_stream import CHUNK_BYTES, SplitError, read_pieces, sp
 from dnnprof.ingest.vendor import vendor_of_events, vendor_of_name
 from dnnprof.model.device import DeviceInfo
 from dnnprof.model.mapped_columns import (
+    gather,
     large_blocks_returned_on_free,
     release_pages,
-    release_pages_of,
     rows_where,
 )
 from dnnprof.model.profile import Profile
@@ -668,10 +668,10 @@ def _profiler_steps(profile: Profile, rank: int) -> None:
                       ops["category"], ops["name_id"])
     if rows.size == 0:
         return
-    numbers = np.array([_int(profile.strings[i].rsplit("#", 1)[1], -1) for i in ops["name_id"][rows].tolist()],
-                       dtype=np.int32)
+    # each row read maps its neighbours' pages too: the rows are gathered a block of the columns at a time
+    starts, ends, names = gather(ops["start_ns"], rows), gather(ops["dur_ns"], rows), gather(ops["name_id"], rows)
+    ends += starts
+    numbers = np.array([_int(profile.strings[i].rsplit("#", 1)[1], -1) for i in names.tolist()], dtype=np.int32)
     if (numbers < 0).any() or distinct(numbers).size != numbers.size:
         numbers = np.arange(rows.size, dtype=np.int32)
-    starts, ends, names = ops["start_ns"][rows], ops["start_ns"][rows] + ops["dur_ns"][rows], ops["name_id"][rows]
-    release_pages_of(ops["start_ns"], ops["dur_ns"], ops["name_id"])  # each row read maps its neighbours' pages too
     assign_steps(profile, starts, ends, "profiler_step", numbers=numbers, name_ids=names, rank=rank)

@@ -109,10 +109,19 @@ def release_pages() -> None:
 
 def gather(column: np.ndarray, rows: np.ndarray, block_rows: int = 1 << 20) -> np.ndarray:
     """``column[rows]``, a block of rows at a time, giving back a mapped column's pages after each block: however
-    far the rows spread over a big trace's column, the resident set holds one block's pages of it."""
+    far the rows spread over a big trace's column, the resident set holds one block's pages of it.
+
+    Rows in ascending order are also cut where they pass each ``block_rows`` rows of the column: a read maps the
+    pages around it too (the kernel's fault-around, up to 64 KB), so a few thousand rows spread over a column
+    would otherwise map most of it at once."""
     out = np.empty(rows.size, dtype=column.dtype)
-    for a in range(0, rows.size, block_rows):
-        out[a:a + block_rows] = column[rows[a:a + block_rows]]
+    if rows.size == 0:
+        return out
+    cuts = np.arange(0, rows.size, block_rows)
+    if rows.size > 1 and column.size > block_rows and bool((rows[1:] >= rows[:-1]).all()):
+        cuts = np.union1d(cuts, np.searchsorted(rows, np.arange(block_rows, column.size, block_rows)))
+    for a, b in zip(cuts.tolist(), [*cuts[1:].tolist(), rows.size], strict=True):
+        out[a:b] = column[rows[a:b]]
         release_pages_of(column)
     return out
 
