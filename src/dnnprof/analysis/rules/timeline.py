@@ -22,6 +22,7 @@ a copy) are owned by ``pageable-memcpy``; every other blocking call by ``host-sy
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -168,21 +169,29 @@ def build_timeline(ctx: Context) -> Timeline:
 
 
 def _lead_before(act_s: np.ndarray, lead: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
-    """Per gap: the largest launch lead among the activities that ran since the previous gap (-1 if none)."""
+    """Per gap: the largest launch lead among the activities that ran since the previous gap (-1 if none). A block
+    of gaps at a time: a big trace's gaps are millions."""
     out = np.full(gs.size, -1, dtype=np.int64)
     if gs.size == 0 or lead.size == 0:
         return out
-    lo = np.empty(gs.size, dtype=np.intp)  # the first activity since the previous gap's end
-    lo[0] = 0
-    lo[1:] = np.searchsorted(act_s, ge[:-1], side="left")
-    hi = np.searchsorted(act_s, gs, side="left")
-    # Segments [lo_g, lo_g+1) hold the same activities as [lo_g, hi_g): none starts inside a gap.
-    seg = np.maximum.reduceat(lead, np.minimum(lo, lead.size - 1))
-    last = gs.size - 1
-    if hi[last] > lo[last]:
-        seg[last] = lead[lo[last]:hi[last]].max()
-    seg[hi <= lo] = -1
-    return seg
+    for a in range(0, gs.size, _GAP_BLOCK):
+        b = min(a + _GAP_BLOCK, gs.size)
+        # the first activity since the previous gap's end, for the block's gaps and the next one (its segment's end)
+        g = np.arange(a, min(b + 1, gs.size))
+        lo = np.searchsorted(act_s, ge[g - 1], side="left")
+        lo[g == 0] = 0
+        hi = np.searchsorted(act_s, gs[a:b], side="left")
+        # Segments [lo_g, lo_g+1) hold the same activities as [lo_g, hi_g): none starts inside a gap.
+        seg = np.maximum.reduceat(lead, np.minimum(lo, lead.size - 1))[:b - a]
+        lo = lo[:b - a]
+        if b == gs.size and hi[-1] > lo[-1]:  # the last gap's segment: reduceat's runs to the end
+            seg[-1] = lead[lo[-1]:hi[-1]].max()
+        out[a:b] = np.where(hi > lo, seg, -1)
+    return out
+
+
+#: Gaps :func:`_lead_before` looks at at once.
+_GAP_BLOCK = 1 << 18
 
 
 def _running_argmax(x: np.ndarray) -> np.ndarray:
@@ -203,14 +212,14 @@ def _charge(calls: list[BlockingCall], gs: np.ndarray, ge: np.ndarray, rest: np.
     if not calls:
         return
     sync_c, launch_c = CAUSES.index("sync"), CAUSES.index("host_launch")
-    for g in np.flatnonzero(cause == sync_c).tolist():
+    for g in _each(np.flatnonzero(cause == sync_c)):
         c = calls[int(direct[g])]
         c.charged_direct_ns += int(rest[g])
         blamed[g] = rest[g]
     starts = np.array([c.start_ns for c in calls], dtype=np.int64)
     owner, budget = -1, 0
     ci = 0
-    for g in np.flatnonzero(cause == launch_c).tolist():
+    for g in _each(np.flatnonzero(cause == launch_c)):
         # Calls that began before this gap: the newest takes over when its wait exceeds the budget left.
         while ci < len(calls) and starts[ci] <= gs[g]:
             if calls[ci].wait_ns >= budget:
@@ -226,6 +235,12 @@ def _charge(calls: list[BlockingCall], gs: np.ndarray, ge: np.ndarray, rest: np.
         calls[owner].charged_refill_ns += take
         budget -= take
         blamed[g] = take
+
+
+def _each(idx: np.ndarray, block: int = 1 << 16) -> Iterator[int]:
+    """The values of ``idx`` as Python ints, a block at a time (a list of millions of ints is 36 bytes each)."""
+    for a in range(0, idx.size, block):
+        yield from idx[a:a + block].tolist()
 
 
 def _blocking_calls(ctx: Context) -> list[BlockingCall]:
