@@ -77,3 +77,22 @@ def test_self_check_reads_a_block_of_rows_at_a_time(block: int, monkeypatch: pyt
     col = np.array([3, -1, 3, 7, 0, -1, 7, 2])
     assert mod._distinct(col).tolist() == np.unique(col).tolist()
     assert mod._distinct(col[:0]).size == 0
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 1 << 20])
+def test_name_tests_a_block_of_ids_at_a_time(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids are read a block at a time (a big trace's mapped column gives back its pages): the same answers, ids
+    outside the strings in any block read as "" (-1)."""
+    from dnnprof.model import profile as profile_module
+
+    p = Profile(strings=["aten::mm", "ProfilerStep#1", "aten::add"])
+    ids = np.array([0, 1, -1, 2, 0, 7, 1, -5, 2], dtype=np.int32)
+    monkeypatch.setattr(profile_module, "_ID_BLOCK", block)
+    test = p.name_tests(ids)
+    assert test(lambda s: s.startswith("aten::")).tolist() == [True, False, False, True, True, False, False, False,
+                                                               True]
+    assert test(lambda s: s == "").tolist() == [False, False, True, False, False, True, False, True, False]
+    assert p.distinct_names(ids) == ["aten::mm", "ProfilerStep#1", "aten::add", ""]
+    assert p.distinct_names(ids[:5]) == ["aten::mm", "ProfilerStep#1", "aten::add", ""]
+    assert p.distinct_names(ids[:2]) == ["aten::mm", "ProfilerStep#1"]
+    assert p.distinct_names(ids[:0]) == []

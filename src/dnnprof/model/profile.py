@@ -21,6 +21,8 @@ from dnnprof.model.schema import TABLES, empty_table
 #: Written into every saved profile; bump on an incompatible schema change.
 PROFILE_FORMAT = "dnnprof.profile/1"
 _META_FILE = "profile.json"
+#: Ids :meth:`Profile.name_tests` reads at once.
+_ID_BLOCK = 1 << 20
 _INDEX_LOCK = threading.Lock()  # a profile's string index is built once though the analysis's threads all ask
 
 
@@ -95,7 +97,11 @@ class Profile:
         def where(test: Callable[[str], object]) -> np.ndarray:
             hit = np.zeros(n + 1, dtype=bool)  # hit[n], read by id -1: the test of ""
             hit[present] = [bool(test(strings[i] if i < n else "")) for i in present]
-            return hit[ids]
+            out = np.empty(ids.size, dtype=bool)
+            for a in range(0, ids.size, _ID_BLOCK):  # a big trace's mapped id column: a block's pages at a time
+                out[a:a + _ID_BLOCK] = hit[ids[a:a + _ID_BLOCK]]
+                release_pages_of(ids)
+            return out
 
         return where
 
@@ -111,10 +117,15 @@ class Profile:
         the strings' size: no sort and no copy of a column of tens of millions of ids."""
         n = len(self.strings)
         ids = np.asarray(ids)
-        if ids.size and (int(ids.min()) < -1 or int(ids.max()) >= n):
-            ids = np.where((ids >= 0) & (ids < n), ids, -1)
         seen = np.zeros(n + 1, dtype=bool)
-        seen[ids] = True  # -1 marks seen[n]: ""
+        for a in range(0, ids.size, _ID_BLOCK):  # a big trace's mapped id column: a block's pages at a time
+            block = ids[a:a + _ID_BLOCK]
+            if int(block.min()) < -1 or int(block.max()) >= n:
+                ids = np.where((ids >= 0) & (ids < n), ids, -1)  # rare: ids outside the strings, read as -1
+                seen[ids] = True
+                break
+            seen[block] = True  # -1 marks seen[n]: ""
+            release_pages_of(ids)
         return ids, np.flatnonzero(seen).tolist(), n
 
     def string_id(self, s: str) -> int:
