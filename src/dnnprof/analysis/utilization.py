@@ -28,7 +28,7 @@ import numpy as np
 
 from dnnprof.analysis.intervals import covered_per_window, gaps, interleave, merge, merge_runs
 from dnnprof.analysis.kernel_names import family
-from dnnprof.model.mapped_columns import release_pages, release_pages_of
+from dnnprof.model.mapped_columns import gather, release_pages, release_pages_of, rows_where
 from dnnprof.model.profile import Profile
 from dnnprof.model.schema import API_KINDS, OP_CATEGORIES
 
@@ -281,12 +281,14 @@ def _sync_calls(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:
 def dataloader_ranges(profile: Profile, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of the rank's ``enumerate(DataLoader)#…`` ranges (the wait for the next batch)."""
     ops = profile.tables["ops"]
-    sel = np.flatnonzero((ops["rank"] == rank) & (ops["category"] == OP_CATEGORIES.index("user_annotation")))
+    annotation = OP_CATEGORIES.index("user_annotation")
+    sel = rows_where(ops["start_ns"].size, lambda lo, hi: (ops["rank"][lo:hi] == rank)  # a block at a time: a big
+                     & (ops["category"][lo:hi] == annotation), ops["rank"], ops["category"])  # trace's mapped ops
     if sel.size == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    dl = sel[profile.names_where(ops["name_id"][sel], lambda s: s.startswith("enumerate(DataLoader)#"))]
-    s = ops["start_ns"][dl]
-    return s, s + ops["dur_ns"][dl]
+    dl = sel[profile.names_where(gather(ops["name_id"], sel), lambda s: s.startswith("enumerate(DataLoader)#"))]
+    s = gather(ops["start_ns"], dl)
+    return s, s + gather(ops["dur_ns"], dl)
 
 
 def _classify_gaps(gs: np.ndarray, ge: np.ndarray, act_s: np.ndarray, act_launch: np.ndarray,
