@@ -114,3 +114,38 @@ def test_a_narrower_column_out_of_range_in_a_later_row_group_is_named(profile: P
     _damage_last_group(saved / "kernels.parquet", "stream", 2**40, pa.int64())
     with pytest.raises(ProfileError, match=r"kernels.parquet: column stream holds values beyond int32 "):
         Profile.load(saved)
+
+
+@pytest.mark.parametrize("typ", [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32(), pa.uint64(),
+                                 pa.float16(), pa.float32(), pa.float64(), pa.bool_()])
+@pytest.mark.parametrize("nulls", [False, True])
+def test_numpy_of_gives_what_pyarrow_gives(typ: pa.DataType, nulls: bool) -> None:
+    """Arrow columns as numpy without pyarrow's conversion (which imports pandas): values, types, nulls as NaN,
+    sliced chunks (offsets inside a byte of a bitmap) and several chunks."""
+    rng = np.random.default_rng(3)
+    if pa.types.is_boolean(typ):
+        values = rng.random(70) < 0.5
+    elif pa.types.is_floating(typ):
+        values = rng.normal(size=70).astype(typ.to_pandas_dtype())
+    else:
+        values = rng.integers(0, 100, 70).astype(typ.to_pandas_dtype())
+    mask = (rng.random(70) < 0.2) if nulls else None
+    whole = pa.array(values, type=typ, mask=mask)
+    cases = [pa.chunked_array([whole]), pa.chunked_array([whole.slice(3, 50)]),
+             pa.chunked_array([whole.slice(0, 13), whole.slice(13, 0), whole.slice(13)]),
+             pa.chunked_array([], type=typ), pa.chunked_array([whole.slice(5, 0)])]
+    for column in cases:
+        got, want = table_files.numpy_of(column), column.to_numpy(zero_copy_only=False)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert all(a is b or a == b or (a != a and b != b) for a, b in zip(got.tolist(), want.tolist(), strict=True))
+
+
+def test_a_saved_profile_loads_without_pandas(profile: Profile, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    saved = profile.save(tmp_path / "prof")
+    code = ("import sys; from dnnprof.model.profile import Profile; p = Profile.load(sys.argv[1]); "
+            "print(p.rows('kernels'), 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(saved)], capture_output=True, text=True, check=True).stdout
+    assert out.split() == [str(profile.rows("kernels")), "False"]

@@ -91,7 +91,7 @@ def read_table(name: str, path: Path, error: Callable[[str], Exception], mapped:
                 problem = check.column_problem(column, c.dtype)
                 values = None
                 if problem is None:
-                    values, problem = check.converted(column.to_numpy(zero_copy_only=False), c.dtype)
+                    values, problem = check.converted(numpy_of(column), c.dtype)
                 if problem is not None or values is None:
                     raise error(f"{path}: column {c.name} {problem}")
                 if mapped:
@@ -117,3 +117,51 @@ def read_whole(path: Path, error: Callable[[str], Exception]) -> Any:
         return pq.ParquetFile(path, memory_map=True).read()  # lighter than read_table (no dataset layer)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
         raise error(f"{path}: unreadable Parquet ({check.one_line(e)})") from None
+
+
+def numpy_of(column: Any) -> np.ndarray:
+    """A numeric Arrow column (integers, floats or booleans) as numpy, as ``to_numpy(zero_copy_only=False)`` gives
+    it, without pyarrow's conversion, which imports pandas (40 MB and 0.4 s for a saved profile): fixed-width values
+    are viewed in place, booleans unpacked from their bits; nulls read as NaN (integers with nulls become float64)."""
+    import pyarrow as pa
+
+    parts = []
+    for chunk in column.chunks:
+        typ, n, at = chunk.type, len(chunk), chunk.offset
+        if pa.types.is_boolean(typ) and chunk.null_count:
+            parts.append(chunk.to_numpy(zero_copy_only=False))  # objects with None: the rare case, as pyarrow has it
+            continue
+        validity, data = chunk.buffers()[:2]
+        dtype = _dtype(typ)
+        if n == 0:
+            values = np.empty(0, dtype=dtype)
+        elif dtype.kind == "b":
+            values = _bits(data, at, n)
+        else:
+            values = np.frombuffer(data, dtype=dtype, count=n, offset=at * dtype.itemsize)
+            if chunk.null_count:
+                values = values.astype(dtype if dtype.kind == "f" else np.float64)  # a copy: the nulls are NaN
+                values[~_bits(validity, at, n)] = np.nan
+        parts.append(values)
+    if not parts:
+        return np.empty(0, dtype=_dtype(column.type))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _dtype(typ: Any) -> np.dtype:
+    """The numpy type of a numeric Arrow type."""
+    import pyarrow as pa
+
+    if pa.types.is_boolean(typ):
+        return np.dtype(bool)
+    kind = "f" if pa.types.is_floating(typ) else "i" if pa.types.is_signed_integer(typ) else "u"
+    return np.dtype(f"{kind}{typ.bit_width // 8}")
+
+
+def _bits(buffer: Any, at: int, n: int) -> np.ndarray:
+    """``n`` bits of an Arrow bitmap from bit ``at``, as booleans."""
+    if n == 0:
+        return np.empty(0, dtype=bool)
+    first = at // 8
+    raw = np.frombuffer(buffer, dtype=np.uint8, count=(at + n + 7) // 8 - first, offset=first)
+    return np.unpackbits(raw, bitorder="little")[at % 8:at % 8 + n].view(bool)
