@@ -20,6 +20,7 @@ import numpy as np
 
 from dnnprof.analysis.factorize import row_keys
 from dnnprof.model.device import DeviceInfo
+from dnnprof.model.mapped_columns import release_pages_of
 
 KB = 1024
 #: Resource names, in the order limiters are reported (ncu's ``launch__occupancy_limit_<name>`` order).
@@ -401,6 +402,8 @@ def kernel_occupancy(kernels: dict[str, np.ndarray], device: DeviceInfo) -> dict
         dims = [np.asarray(kernels[f"block_{x}"][rows], dtype=np.int64) for x in "xyz"]
         regs = np.asarray(kernels["registers_per_thread"][rows], dtype=np.int64)
         smem = np.asarray(kernels["shared_memory_bytes"][rows], dtype=np.int64)
+        release_pages_of(*(kernels[f"block_{x}"] for x in "xyz"), kernels["registers_per_thread"],
+                         kernels["shared_memory_bytes"])  # a big trace's mapped columns: a slice's pages at a time
         known = (dims[0] > 0) & (dims[1] > 0) & (dims[2] > 0) & (regs >= 0) & (smem >= 0)
         idx = np.flatnonzero(known)
         if idx.size == 0:

@@ -358,7 +358,9 @@ def _optimizer_span_ns(ctx: Context, phase: np.ndarray) -> int:
     steps = k["step"][sel]
     new_run = is_opt & ~np.concatenate(([False], is_opt[:-1] & (steps[1:] == steps[:-1])))
     run = np.cumsum(new_run)[is_opt]
-    start, end = k["start_ns"][sel][is_opt], (k["start_ns"] + k["dur_ns"])[sel][is_opt]
+    opt = sel[is_opt]
+    start = k["start_ns"][opt]
+    end = start + k["dur_ns"][opt]
     first = np.flatnonzero(np.concatenate(([True], run[1:] != run[:-1])))
     return int((np.maximum.reduceat(end, first) - np.minimum.reduceat(start, first)).sum())
 
