@@ -1,14 +1,16 @@
 """Huge traces: wall time, CPU time, peak RSS and MB/s of reading and analysing big Kineto traces.
 
 Usage:
-    python benchmarks/bench_huge.py SOURCE.json.gz [--big 890e6 5e9] [--tmp /tmp] [--workers 1 2 4 8]
+    python benchmarks/bench_huge.py SOURCE.json.gz [--big 890e6 5e9] [--tmp /tmp] [--workers 1 2 4 8] [--save]
 
 For the source trace itself (gzip) and for each --big size (built with make_big_trace.py into --tmp as plain
 JSON, deleted afterwards), in fresh processes:
   * read_kineto by each number of processes in --workers (``DNNPROF_READ_WORKERS``; 1 is one core; the helpers'
     largest peak RSS reported apart);
   * ``dnnprof analyze TRACE --json FILE -q`` end to end, by the same numbers of processes (with --before: whether
-    the summaries are identical to the earlier code's; every count's summary is checked against the first).
+    the summaries are identical to the earlier code's; every count's summary is checked against the first);
+  * with --save, ``dnnprof analyze TRACE --save DIR -q``, then ``dnnprof analyze DIR --json FILE -q`` of the saved
+    profile (whose summary must be the trace's).
 Wall time swings with the machine's load; the load average is printed with each row, and CPU seconds (user +
 system, both processes; for the CLI, the process and its children) are the steadier figure. Prints a Markdown table for benchmarks/RESULTS.md.
 """
@@ -60,13 +62,14 @@ def _read(trace: Path, workers: int, src: Path | None = None) -> tuple[float, fl
     return wall, cpu, rss, child
 
 
-def _cli(trace: Path, tmp: Path, src: Path | None = None, workers: int | None = None) -> tuple[float, float, float]:
+def _cli(trace: Path, tmp: Path, src: Path | None = None, workers: int | None = None,
+         out: list[str] | None = None) -> tuple[float, float, float]:
     """Wall s, CPU s and peak RSS MB of ``dnnprof analyze``; its summary is left in ``tmp``/before.json or
-    after<workers>.json."""
+    after<workers>.json (``out``: other output options in place of ``--json``)."""
     t0 = time.perf_counter()
     summary = tmp / ("before.json" if src is not None else f"after{workers}.json")
     r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", sys.executable, "-m", "dnnprof", "analyze", str(trace),
-                        "--json", str(summary), "-q"], capture_output=True, text=True, check=True,
+                        *(out or ["--json", str(summary)]), "-q"], capture_output=True, text=True, check=True,
                        env=_env(src, workers))
     wall = time.perf_counter() - t0
     user, system, rss_kb = r.stderr.strip().splitlines()[-1].split()
@@ -82,6 +85,8 @@ def main() -> None:
                     help="a src/ folder of an earlier dnnprof: its read and CLI are measured too")
     ap.add_argument("--workers", type=int, nargs="*", default=[1, 2],
                     help="numbers of processes that read a big plain trace (DNNPROF_READ_WORKERS)")
+    ap.add_argument("--save", action="store_true",
+                    help="also save each big trace's profile (--save) and analyse the saved folder")
     a = ap.parse_args()
     here = Path(__file__).resolve().parent
     work = Path(tempfile.mkdtemp(dir=a.tmp, prefix="dnnprof-bench-"))
@@ -123,6 +128,20 @@ def main() -> None:
                 add(trace.name, f"{json_mb:,.0f}", f"dnnprof analyze --json -q, {n} process"
                     f"{'es' if n > 1 else ''}", f"{wall:.2f}", f"{cpu:.2f}", f"{rss:.0f}",
                     f"{json_mb / wall:.0f}", load)
+            if built and a.save:  # the profile saved (Parquet), then analysed from the saved folder
+                saved = work / "saved-profile"
+                load = _load()
+                wall, cpu, rss = _cli(trace, work, out=["--save", str(saved)])
+                add(trace.name, f"{json_mb:,.0f}", "dnnprof analyze --save -q", f"{wall:.2f}", f"{cpu:.2f}",
+                    f"{rss:.0f}", f"{json_mb / wall:.0f}", load)
+                load = _load()
+                loaded = work / "loaded.json"
+                wall, cpu, rss = _cli(saved, work, out=["--json", str(loaded)])
+                add(trace.name, f"{json_mb:,.0f}", "dnnprof analyze SAVED --json -q", f"{wall:.2f}", f"{cpu:.2f}",
+                    f"{rss:.0f}", "", load)
+                same = loaded.read_bytes() == (work / f"after{counts[0]}.json").read_bytes()  # the trace's path kept
+                print(f"{trace.name}: summary of the saved profile {'identical' if same else 'DIFFERS'}", flush=True)
+                shutil.rmtree(saved)
             first = (work / f"after{counts[0]}.json").read_bytes()
             for n in counts[1:]:
                 same = (work / f"after{n}.json").read_bytes() == first
