@@ -223,13 +223,13 @@ class Profile:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from dnnprof.model.table_files import write_table as _write_table
+        from dnnprof.model.table_files import write_table
 
         target = check_save_target(directory, force=force)
         tmp = temp_dir_beside(target)
         try:
             for name, t in self.tables.items():
-                _write_table(t, tmp / f"{name}.parquet")
+                write_table(t, tmp / f"{name}.parquet")  # a slice of rows at a time
             pq.write_table(pa.table({"id": pa.array(np.arange(len(self.strings), dtype=np.int32)),
                                      "value": pa.array(self.strings, type=pa.string())}),
                            tmp / "strings.parquet", compression="zstd")
@@ -248,8 +248,8 @@ class Profile:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Profile:
-        """Read a directory written by :meth:`save` (a big table into mapped columns: see
-        :mod:`dnnprof.model.table_files`)."""
+        """Read a directory written by :meth:`save` (a big profile's tables into mapped columns, a row group at a
+        time: see :mod:`dnnprof.model.table_files`)."""
         d = Path(directory)
         meta_path = d / _META_FILE
         if not meta_path.is_file():
