@@ -15,13 +15,15 @@ destroying what dnnprof did not write.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
 class OutputError(ValueError):
@@ -124,6 +126,15 @@ def remove_stale_temps(target: Path) -> list[Path]:
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, option: str = "output") -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename (fsynced first). A
     symbolic link is written through: the file it points to is replaced, the link stays."""
+    with atomic_file(path, option=option) as (target, f):
+        f.write(data)
+    return target
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str], *, option: str = "output") -> Iterator[tuple[Path, BinaryIO]]:
+    """``(target, file)``: a binary file to write in pieces that becomes ``path`` (``target``, a symbolic link
+    resolved) when the block ends, fsynced and renamed as :func:`write_bytes_atomic`; removed if the block fails."""
     target = check_output_file(path, option=option)
     if target.is_symlink():
         target = Path(os.path.realpath(target))
@@ -139,7 +150,7 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, option: str
         raise OutputError(f"{target}: cannot write in {target.parent} ({e.strerror})") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield target, f
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
@@ -150,7 +161,6 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, option: str
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return target
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, *, option: str = "output") -> Path:
