@@ -96,3 +96,33 @@ def test_every_rank_gets_its_own_processes(tmp_path: Path) -> None:
     assert len(flows) == len(set(flows)) == 2 * len([e for e in doc["traceEvents"] if e["ph"] == "s"
                                                      and e["pid"] == HOST_PID])
     assert doc["otherData"]["ranks"] == [0, 1]
+
+
+def test_the_written_trace_is_the_document_a_batch_at_a_time(tmp_path: Path, monkeypatch) -> None:
+    """The file is written a batch of events at a time (a big trace's are millions): the document's events, the
+    processes' and threads' names after them; the same whatever the batch, gzip or not, and with a stable header."""
+    import pytest
+
+    from dnnprof.render import perfetto
+
+    analysis = analyse(read_kineto(GPT2))
+    doc = perfetto_trace(analysis.profile, attribution=analysis.attribution)
+    meta = [e for e in doc["traceEvents"] if e["ph"] == "M"]
+    assert doc["traceEvents"][:len(meta)] == meta  # the document names them first
+    expected = {**doc, "traceEvents": doc["traceEvents"][len(meta):] + meta}
+    for batch in (7, 1000, 1 << 16):
+        monkeypatch.setattr(perfetto, "BATCH_EVENTS", batch)
+        for name in ("t.json", "t.json.gz"):
+            out = tmp_path / f"{batch}-{name}"
+            perfetto.write_perfetto_trace(analysis.profile, out, attribution=analysis.attribution)
+            raw = out.read_bytes()
+            assert json.loads(gzip.decompress(raw) if name.endswith(".gz") else raw) == expected
+    a, b = (tmp_path / "7-t.json.gz").read_bytes(), (tmp_path / "1000-t.json.gz").read_bytes()
+    assert a[:10] == b[:10] and a[3] == 0  # no file name in the gzip header, mtime 0: the same bytes each time
+    empty = perfetto_trace(perfetto.Profile())
+    perfetto.write_perfetto_trace(perfetto.Profile(), tmp_path / "empty.json")
+    assert json.loads((tmp_path / "empty.json").read_text()) == empty
+    with pytest.raises(ZeroDivisionError):  # a failure midway leaves nothing behind
+        monkeypatch.setattr(perfetto, "_counter_tracks", lambda b: 1 / 0)
+        perfetto.write_perfetto_trace(analysis.profile, tmp_path / "failed.json")
+    assert not list(tmp_path.glob("*failed*"))

@@ -103,11 +103,11 @@ class Profile:
     # --- exports ---------------------------------------------------------------------------------------------
     def to_perfetto(self, path: str | os.PathLike[str]) -> Path:
         """Write a trace for ui.perfetto.dev (``.json`` or ``.json.gz``), every rank; returns its path."""
-        from dnnprof.render.perfetto import perfetto_trace, write_perfetto
+        from dnnprof.render.perfetto import write_perfetto_trace
 
         analysis = self._reported()[0]
         target = Path(path)
-        write_perfetto(perfetto_trace(self.canonical, attribution=analysis.attribution), target)
+        write_perfetto_trace(self.canonical, target, attribution=analysis.attribution)
         return target
 
     def html(self, path: str | os.PathLike[str], top: int = 30) -> Path:

@@ -110,9 +110,9 @@ def analyze(
 
                 write_text_atomic(html, view_html(analysis, doc, trace, report_html=printable), option="--html")
         if perfetto is not None:
-            from dnnprof.render.perfetto import perfetto_trace, write_perfetto
+            from dnnprof.render.perfetto import write_perfetto_trace
 
-            write_perfetto(perfetto_trace(analysis.profile, attribution=analysis.attribution), perfetto)
+            write_perfetto_trace(analysis.profile, perfetto, attribution=analysis.attribution)
     except OutputError as e:
         raise UserError(str(e)) from None
     if not quiet and str(json_out) != "-":

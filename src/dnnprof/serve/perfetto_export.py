@@ -49,10 +49,10 @@ def write_export(tables: Path, out: Path) -> None:
     """Load the saved profile ``tables`` and write its Perfetto trace, gzipped, to ``out`` (atomically)."""
     from dnnprof.analysis.attribution import attribute
     from dnnprof.model.profile import Profile
-    from dnnprof.render.perfetto import perfetto_trace, write_perfetto
+    from dnnprof.render.perfetto import write_perfetto_trace
 
     profile = Profile.load(tables)
-    write_perfetto(perfetto_trace(profile, attribution=attribute(profile)), out)
+    write_perfetto_trace(profile, out, attribution=attribute(profile))
 
 
 def main(argv: list[str]) -> int:
