@@ -155,8 +155,7 @@ def _gpu(b: _Builder, attribution: Attribution | None) -> None:
         for a in range(0, rows.size, BATCH_EVENTS):  # a block of rows' columns at a time, as Python values
             r = rows[a:a + BATCH_EVENTS]
             names = p.names(t["name_id"][r]).tolist()
-            col = {c: t[c][r].tolist() for c in ("device", "stream", "start_ns", "dur_ns", "launch_row", "bytes",
-                                                  *shown) if c in t}
+            col = {c: t[c][r].tolist() for c in ("device", "stream", "start_ns", "dur_ns", "bytes", *shown) if c in t}
             launch = t["launch_row"][r]
             linked = (launch >= 0) & (launch < runtime["start_ns"].size)
             at = np.where(linked, launch, 0)
