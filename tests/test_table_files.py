@@ -156,3 +156,15 @@ def test_every_trace_saves_in_slices_and_loads_mapped_as_it_was_read(path: Path,
     monkeypatch.setattr(table_files, "SLICE_ROWS", 997)
     monkeypatch.setattr(table_files, "MAPPED_MIN_ROWS", 1)
     assert_same_profile(Profile.load(read.save(tmp_path / "prof")), read)
+
+
+@pytest.mark.parametrize("mapped_min_rows", [1, 1 << 40])
+def test_a_column_the_file_lacks_reads_as_unknown(profile: Profile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  mapped_min_rows: int) -> None:
+    monkeypatch.setattr(table_files, "MAPPED_MIN_ROWS", mapped_min_rows)
+    saved = profile.save(tmp_path / "prof")
+    t = pq.read_table(saved / "kernels.parquet")
+    pq.write_table(t.drop(["grid_x", "est_occupancy_pct"]), saved / "kernels.parquet", row_group_size=100)
+    k = Profile.load(saved).tables["kernels"]
+    assert (k["grid_x"] == -1).all() and np.isnan(k["est_occupancy_pct"]).all()
+    assert np.array_equal(k["dur_ns"], profile.tables["kernels"]["dur_ns"])

@@ -19,7 +19,7 @@ import numpy as np
 
 from dnnprof.model import load_checks as check
 from dnnprof.model.mapped_columns import large_blocks_returned_on_free, release_pages_of
-from dnnprof.model.schema import TABLES, empty_table
+from dnnprof.model.schema import TABLES, empty_table, fill_value
 
 #: Rows written as one row group: at about 100 bytes a row of the ops table, 25 MB of a mapped table's pages.
 SLICE_ROWS = 1 << 18
@@ -80,7 +80,13 @@ def read_table(name: str, path: Path, error: Callable[[str], Exception], mapped:
         mapped = mapped and n > 0
         if mapped:
             large_blocks_returned_on_free()
-        t = empty_table(name, n, mapped=Path(tempfile.gettempdir()) if mapped else None)
+        # mapped columns start as zeros: only those the file lacks are filled, the others are written once below
+        t = empty_table(name, n, mapped=Path(tempfile.gettempdir()) if mapped else None, prefill=not mapped)
+        if mapped:
+            for c in TABLES[name]:
+                if c not in present:
+                    t[c.name][:] = fill_value(np.dtype(c.dtype))
+                    release_pages_of(t[c.name])
         parts: Any = [pf.read(columns=[c.name for c in present])] if not mapped else \
             (pf.read_row_group(i, columns=[c.name for c in present]) for i in range(pf.num_row_groups))
         at = 0
